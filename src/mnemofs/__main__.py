@@ -1,0 +1,3 @@
+from mnemofs.cli import main
+
+main()

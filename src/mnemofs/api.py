@@ -1,0 +1,176 @@
+"""The Python API: the seed SDK's resource names over ``MemoryService``.
+
+    ws = mnemofs.open()                      # $MNEMOFS_DB or the default SQLite file
+    store = ws.memory_stores.create(name="User Preferences", description="...")
+    mem = ws.memory_stores.memories.create(store.id, path="/prefs.md", content="tabs")
+    ws.memory_stores.memories.update(mem.id, memory_store_id=store.id, content="spaces",
+                                     precondition={"type": "content_sha256",
+                                                   "content_sha256": mem.content_sha256})
+    for v in ws.memory_stores.memory_versions.list(store.id, memory_id=mem.id): ...
+    session = ws.sessions.create(resources=[{"type": "memory_store",
+                                             "memory_store_id": store.id}])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mnemofs import limits
+from mnemofs.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
+from mnemofs.store.engine import make_engine
+from mnemofs.store.service import MemoryService, prompt_note
+
+
+class Memories:
+    def __init__(self, service: MemoryService) -> None:
+        self._s = service
+
+    def create(self, memory_store_id: str, *, path: str, content: str) -> Memory:
+        return self._s.create_memory(memory_store_id, path, content)
+
+    def retrieve(self, memory_id: str, *, memory_store_id: str) -> Memory:
+        return self._s.get_memory(memory_store_id, memory_id)
+
+    def list(
+        self,
+        memory_store_id: str,
+        *,
+        path_prefix: str = "/",
+        depth: int | None = 0,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[Memory | MemoryPrefix]:
+        return self._s.list_memories(
+            memory_store_id, path_prefix=path_prefix, depth=depth, limit=limit, cursor=cursor
+        )
+
+    def update(
+        self,
+        memory_id: str,
+        *,
+        memory_store_id: str,
+        content: str | None = None,
+        path: str | None = None,
+        precondition: Mapping[str, str] | None = None,
+    ) -> Memory:
+        return self._s.update_memory(
+            memory_store_id, memory_id, content=content, path=path, precondition=precondition
+        )
+
+    def delete(self, memory_id: str, *, memory_store_id: str) -> MemoryVersion:
+        return self._s.delete_memory(memory_store_id, memory_id)
+
+
+class MemoryVersions:
+    def __init__(self, service: MemoryService) -> None:
+        self._s = service
+
+    def list(
+        self,
+        memory_store_id: str,
+        *,
+        memory_id: str | None = None,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[MemoryVersion]:
+        return self._s.list_versions(
+            memory_store_id, memory_id=memory_id, limit=limit, cursor=cursor
+        )
+
+    def retrieve(self, version_id: str, *, memory_store_id: str) -> MemoryVersion:
+        return self._s.get_version(memory_store_id, version_id)
+
+    def redact(self, version_id: str, *, memory_store_id: str) -> MemoryVersion:
+        return self._s.redact_version(memory_store_id, version_id)
+
+    def prune(
+        self,
+        memory_store_id: str,
+        *,
+        older_than_days: float = limits.DEFAULT_RETENTION_DAYS,
+        keep_last: int = limits.DEFAULT_KEEP_VERSIONS,
+    ) -> int:
+        return self._s.prune_versions(
+            memory_store_id, older_than_days=older_than_days, keep_last=keep_last
+        )
+
+
+class MemoryStores:
+    def __init__(self, service: MemoryService) -> None:
+        self._s = service
+        self.memories = Memories(service)
+        self.memory_versions = MemoryVersions(service)
+
+    def create(self, *, name: str, description: str = "") -> MemoryStore:
+        return self._s.create_store(name, description)
+
+    def retrieve(self, memory_store_id: str) -> MemoryStore:
+        return self._s.get_store(memory_store_id)
+
+    def update(
+        self, memory_store_id: str, *, name: str | None = None, description: str | None = None
+    ) -> MemoryStore:
+        return self._s.update_store(memory_store_id, name=name, description=description)
+
+    def list(
+        self,
+        *,
+        include_archived: bool = False,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[MemoryStore]:
+        return self._s.list_stores(include_archived=include_archived, limit=limit, cursor=cursor)
+
+    def archive(self, memory_store_id: str) -> MemoryStore:
+        return self._s.archive_store(memory_store_id)
+
+    def delete(self, memory_store_id: str) -> None:
+        self._s.delete_store(memory_store_id)
+
+
+class Sessions:
+    def __init__(self, service: MemoryService) -> None:
+        self._s = service
+
+    def create(
+        self,
+        *,
+        resources: Iterable[Mapping[str, Any]],
+        mount_root: str = limits.DEFAULT_MOUNT_ROOT,
+    ) -> Session:
+        return self._s.create_session(resources, mount_root=mount_root)
+
+    def retrieve(self, session_id: str) -> Session:
+        return self._s.get_session(session_id)
+
+    def end(self, session_id: str) -> Session:
+        return self._s.end_session(session_id)
+
+    def prompt(self, session_id: str) -> str:
+        """The prompt note for the session's attachments (see ``prompt_note``)."""
+        return prompt_note(self._s.get_session(session_id))
+
+
+class Workspace:
+    """One database: every store, memory, version and session in it."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+        self.memory_stores = MemoryStores(service)
+        self.sessions = Sessions(service)
+
+    def close(self) -> None:
+        self.service.engine.dispose()
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open(url: str | None = None, *, actor: str = "api") -> Workspace:
+    """Open the workspace at ``url`` (a SQLAlchemy URL or a SQLite file path; default
+    ``$MNEMOFS_DB`` or the XDG data directory), creating a new database's schema."""
+    return Workspace(MemoryService(make_engine(url), actor=actor))

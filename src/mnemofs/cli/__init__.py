@@ -1,0 +1,5 @@
+"""The ``mnemofs`` command line."""
+
+from mnemofs.cli.app import cli, main
+
+__all__ = ["cli", "main"]

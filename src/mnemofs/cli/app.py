@@ -1,0 +1,542 @@
+"""The ``mnemofs`` command: thin commands over ``MemoryService``, one call each.
+
+Output is a readable table, or with ``--json`` the spec's objects. Errors are one line on stderr
+and an exit code per error type (see ``EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+import yaml
+
+from mnemofs import errors
+from mnemofs.limits import DEFAULT_KEEP_VERSIONS, DEFAULT_MOUNT_ROOT, DEFAULT_RETENTION_DAYS
+from mnemofs.models import MEMORY_PREFIX, Memory, MemoryPrefix, MemoryStore, MemoryVersion, Session
+from mnemofs.store import MemoryService, decode_content, make_engine, prompt_note, upgrade
+
+EXIT_CODES: dict[type[errors.MnemofsError], int] = {
+    errors.InvalidRequest: 2,
+    errors.NotFound: 3,
+    errors.Conflict: 4,
+    errors.PreconditionFailed: 4,
+    errors.LimitExceeded: 5,
+    errors.StoreArchived: 6,
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Context:
+    """What every command gets: the options before the group, and the service made on demand."""
+
+    def __init__(self, db: str | None, as_json: bool) -> None:
+        self.db = db
+        self.as_json = as_json
+        self._service: MemoryService | None = None
+
+    @property
+    def service(self) -> MemoryService:
+        if self._service is None:
+            self._service = MemoryService(make_engine(self.db), actor="cli")
+        return self._service
+
+    def store(self, ref: str) -> str:
+        return self.service.resolve_store(ref)
+
+    def memory(self, store_id: str, ref: str) -> str:
+        """A memory id from a ``mem_`` id or a path."""
+        if ref.startswith(MEMORY_PREFIX):
+            return ref
+        return self.service.find_memory(store_id, ref).id
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def fail(error: errors.MnemofsError) -> NoReturn:
+    code = next((c for t, c in EXIT_CODES.items() if isinstance(error, t)), 1)
+    click.echo(f"mnemofs: {error.type}: {error.message}", err=True)
+    sys.exit(code)
+
+
+def emit(ctx: Context, obj: Any, table: Callable[[], None]) -> None:
+    if ctx.as_json:
+        click.echo(json.dumps(obj.to_dict() if hasattr(obj, "to_dict") else obj, indent=2))
+    else:
+        table()
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def print_fields(pairs: Iterable[tuple[str, Any]]) -> None:
+    pairs = list(pairs)
+    width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        click.echo(f"{key.ljust(width)}  {'' if value is None else value}")
+
+
+def read_content(content: str | None, file: str | None, *, stdin_default: bool) -> str | None:
+    """Content from ``--content``, ``--file`` (``-`` is stdin), or stdin when neither is given."""
+    if content is not None and file is not None:
+        raise click.UsageError("give --content or --file, not both")
+    if content is not None:
+        return content
+    if file == "-" or (file is None and stdin_default):
+        return decode_content(sys.stdin.buffer.read())
+    if file is not None:
+        try:
+            return decode_content(Path(file).read_bytes())
+        except OSError as exc:
+            raise click.UsageError(f"cannot read --file {file!r}: {exc.strerror}") from None
+    return None
+
+
+# -- the groups -------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", metavar="URL", help="Database URL or SQLite file (default: $MNEMOFS_DB, "
+              "else the XDG data directory).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON objects instead of tables.")
+@click.version_option(package_name="mnemofs")
+@click.pass_context
+def cli(click_ctx: click.Context, db: str | None, as_json: bool) -> None:
+    """mnemofs: durable, versioned memory for AI agents, served as plain files.
+
+    STORE is a memstore_ id or an exact store name; MEMORY is a mem_ id or a path.
+    """
+    click_ctx.obj = Context(db, as_json)
+
+
+@cli.group()
+def stores() -> None:
+    """Create, inspect, rename, archive and delete memory stores."""
+
+
+@cli.group()
+def memories() -> None:
+    """Create, read, list, update and delete the memories in a store."""
+
+
+@cli.group()
+def versions() -> None:
+    """Audit, redact and prune the immutable versions of a store's memories."""
+
+
+@cli.group()
+def sessions() -> None:
+    """Create sessions that attach stores, show their prompt note, end them."""
+
+
+@cli.group()
+def db() -> None:
+    """Manage the database itself."""
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+
+def show_store(ctx: Context, store: MemoryStore) -> None:
+    emit(ctx, store, lambda: print_fields([
+        ("id", store.id), ("name", store.name), ("description", store.description),
+        ("memories", store.memory_count), ("created_at", store.created_at),
+        ("updated_at", store.updated_at), ("archived_at", store.archived_at),
+    ]))  # fmt: skip
+
+
+@stores.command("create")
+@click.argument("name")
+@click.option("--description", default="", help="Shown to the agent: what the store holds.")
+@pass_ctx
+def stores_create(ctx: Context, name: str, description: str) -> None:
+    """Create a store named NAME."""
+    show_store(ctx, ctx.service.create_store(name, description))
+
+
+@stores.command("list")
+@click.option("--include-archived", is_flag=True, help="Also list archived stores.")
+@pass_ctx
+def stores_list(ctx: Context, include_archived: bool) -> None:
+    """List stores (archived ones only with --include-archived)."""
+    found = list(ctx.service.list_stores(include_archived=include_archived))
+    emit(ctx, {"data": [s.to_dict() for s in found]}, lambda: print_table(
+        ["ID", "NAME", "MEMORIES", "CREATED", "ARCHIVED"],
+        [(s.id, s.name, s.memory_count, s.created_at, s.archived_at or "") for s in found],
+    ))  # fmt: skip
+
+
+@stores.command("show")
+@click.argument("store")
+@pass_ctx
+def stores_show(ctx: Context, store: str) -> None:
+    """Show one store."""
+    show_store(ctx, ctx.service.get_store(ctx.store(store)))
+
+
+@stores.command("update")
+@click.argument("store")
+@click.option("--name", help="The new name.")
+@click.option("--description", help="The new description.")
+@pass_ctx
+def stores_update(ctx: Context, store: str, name: str | None, description: str | None) -> None:
+    """Rename a store or change its description."""
+    show_store(ctx, ctx.service.update_store(ctx.store(store), name=name, description=description))
+
+
+@stores.command("archive")
+@click.argument("store")
+@pass_ctx
+def stores_archive(ctx: Context, store: str) -> None:
+    """Archive a store: read-only forever, never attached to new sessions."""
+    show_store(ctx, ctx.service.archive_store(ctx.store(store)))
+
+
+@stores.command("delete")
+@click.argument("store")
+@click.option("--yes", is_flag=True, help="Confirm: every memory and version goes with it.")
+@pass_ctx
+def stores_delete(ctx: Context, store: str, yes: bool) -> None:
+    """Delete a store with all its memories and versions."""
+    if not yes:
+        raise click.UsageError("deleting a store removes all its memories and versions: add --yes")
+    store_id = ctx.store(store)
+    ctx.service.delete_store(store_id)
+    emit(ctx, {"id": store_id, "deleted": True}, lambda: click.echo(f"deleted {store_id}"))
+
+
+# -- memories ---------------------------------------------------------------------------------
+
+
+def show_memory(ctx: Context, memory: Memory) -> None:
+    def table() -> None:
+        print_fields([
+            ("id", memory.id), ("path", memory.path), ("size_bytes", memory.size_bytes),
+            ("content_sha256", memory.content_sha256), ("version_id", memory.version_id),
+            ("created_at", memory.created_at), ("updated_at", memory.updated_at),
+        ])  # fmt: skip
+        if memory.content is not None:
+            click.echo("")
+            click.echo(memory.content, nl=not memory.content.endswith("\n"))
+
+    emit(ctx, memory, table)
+
+
+@memories.command("create")
+@click.argument("store")
+@click.argument("path")
+@click.option("--content", help="The content (else --file, else standard input).")
+@click.option("--file", metavar="F", help="Read the content from file F ('-' for stdin).")
+@pass_ctx
+def memories_create(
+    ctx: Context, store: str, path: str, content: str | None, file: str | None
+) -> None:
+    """Create a memory at PATH; an existing path is a conflict."""
+    store_id = ctx.store(store)
+    text = read_content(content, file, stdin_default=True)
+    assert text is not None
+    show_memory(ctx, ctx.service.create_memory(store_id, path, text))
+
+
+@memories.command("list")
+@click.argument("store")
+@click.option("--path-prefix", default="/", show_default=True, help="A directory, ending in '/'.")
+@click.option("--depth", type=int, default=0, show_default=True,
+              help="0: the whole subtree; 1: immediate children and directories.")  # fmt: skip
+@click.option("--limit", type=int, help="One page of this many entries (default: all).")
+@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@pass_ctx
+def memories_list(
+    ctx: Context, store: str, path_prefix: str, depth: int, limit: int | None, cursor: str | None
+) -> None:
+    """List memories in path order, without content."""
+    store_id = ctx.store(store)
+    page = ctx.service.list_memories(
+        store_id, path_prefix=path_prefix, depth=depth, limit=limit or 1000, cursor=cursor
+    )
+    entries: list[Memory | MemoryPrefix] = page.data if limit else list(page)
+    next_cursor = page.next_cursor if limit else None
+
+    def table() -> None:
+        print_table(["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"], [
+            (e.type, e.path, e.size_bytes, e.content_sha256[:12], e.updated_at, e.id)
+            if isinstance(e, Memory) else (e.type, e.path, "", "", "", "")
+            for e in entries
+        ])  # fmt: skip
+        if next_cursor:
+            click.echo(f"next cursor: {next_cursor}", err=True)
+
+    emit(ctx, {"data": [e.to_dict() for e in entries], "next_cursor": next_cursor}, table)
+
+
+@memories.command("show")
+@click.argument("store")
+@click.argument("memory")
+@pass_ctx
+def memories_show(ctx: Context, store: str, memory: str) -> None:
+    """Show a memory: its fields, then its content."""
+    store_id = ctx.store(store)
+    show_memory(ctx, ctx.service.get_memory(store_id, ctx.memory(store_id, memory)))
+
+
+@memories.command("cat")
+@click.argument("store")
+@click.argument("memory")
+@pass_ctx
+def memories_cat(ctx: Context, store: str, memory: str) -> None:
+    """Print a memory's content, exactly as stored."""
+    store_id = ctx.store(store)
+    content = ctx.service.get_memory(store_id, ctx.memory(store_id, memory)).content or ""
+    sys.stdout.buffer.write(content.encode())
+    sys.stdout.flush()
+
+
+@memories.command("update")
+@click.argument("store")
+@click.argument("memory")
+@click.option("--content", help="The new content.")
+@click.option("--file", metavar="F", help="Read the new content from file F ('-' for stdin).")
+@click.option("--path", "new_path", metavar="NEW", help="Move the memory to path NEW.")
+@click.option("--if-sha256", metavar="H",
+              help="Apply only while the stored content's SHA-256 is still H.")  # fmt: skip
+@pass_ctx
+def memories_update(
+    ctx: Context,
+    store: str,
+    memory: str,
+    content: str | None,
+    file: str | None,
+    new_path: str | None,
+    if_sha256: str | None,
+) -> None:
+    """Change a memory's content, its path, or both (one new version)."""
+    store_id = ctx.store(store)
+    text = read_content(content, file, stdin_default=False)
+    precondition = {"type": "content_sha256", "content_sha256": if_sha256} if if_sha256 else None
+    show_memory(ctx, ctx.service.update_memory(
+        store_id, ctx.memory(store_id, memory), content=text, path=new_path,
+        precondition=precondition,
+    ))  # fmt: skip
+
+
+@memories.command("delete")
+@click.argument("store")
+@click.argument("memory")
+@pass_ctx
+def memories_delete(ctx: Context, store: str, memory: str) -> None:
+    """Delete a memory (its versions stay)."""
+    store_id = ctx.store(store)
+    version = ctx.service.delete_memory(store_id, ctx.memory(store_id, memory))
+    emit(ctx, version, lambda: click.echo(f"deleted {version.path} ({version.id})"))
+
+
+# -- versions ---------------------------------------------------------------------------------
+
+
+def show_version(ctx: Context, version: MemoryVersion) -> None:
+    def table() -> None:
+        print_fields([
+            ("id", version.id), ("memory_id", version.memory_id),
+            ("operation", version.operation), ("path", version.path),
+            ("size_bytes", version.size_bytes), ("content_sha256", version.content_sha256),
+            ("actor", version.actor), ("created_at", version.created_at),
+            ("redacted_at", version.redacted_at),
+        ])  # fmt: skip
+        if version.content is not None:
+            click.echo("")
+            click.echo(version.content, nl=not version.content.endswith("\n"))
+
+    emit(ctx, version, table)
+
+
+@versions.command("list")
+@click.argument("store")
+@click.option("--memory", help="Only this memory's versions (a mem_ id, or a live path).")
+@click.option("--limit", type=int, help="One page of this many versions (default: all).")
+@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@pass_ctx
+def versions_list(
+    ctx: Context, store: str, memory: str | None, limit: int | None, cursor: str | None
+) -> None:
+    """List versions, newest first, without content."""
+    store_id = ctx.store(store)
+    memory_id = ctx.memory(store_id, memory) if memory else None
+    page = ctx.service.list_versions(
+        store_id, memory_id=memory_id, limit=limit or 1000, cursor=cursor
+    )
+    found = page.data if limit else list(page)
+    next_cursor = page.next_cursor if limit else None
+
+    def table() -> None:
+        print_table(["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"], [
+            (v.id, v.operation, v.path, v.size_bytes, v.actor, v.created_at, v.redacted_at or "")
+            for v in found
+        ])  # fmt: skip
+        if next_cursor:
+            click.echo(f"next cursor: {next_cursor}", err=True)
+
+    emit(ctx, {"data": [v.to_dict() for v in found], "next_cursor": next_cursor}, table)
+
+
+@versions.command("show")
+@click.argument("store")
+@click.argument("version")
+@pass_ctx
+def versions_show(ctx: Context, store: str, version: str) -> None:
+    """Show a version with its content."""
+    show_version(ctx, ctx.service.get_version(ctx.store(store), version))
+
+
+@versions.command("redact")
+@click.argument("store")
+@click.argument("version")
+@pass_ctx
+def versions_redact(ctx: Context, store: str, version: str) -> None:
+    """Clear a version's content, keeping who, what and when."""
+    show_version(ctx, ctx.service.redact_version(ctx.store(store), version))
+
+
+@versions.command("prune")
+@click.argument("store")
+@click.option("--older-than-days", type=float, default=DEFAULT_RETENTION_DAYS, show_default=True,
+              help="Remove versions older than this many days...")  # fmt: skip
+@click.option("--keep-last", type=int, default=DEFAULT_KEEP_VERSIONS, show_default=True,
+              help="...except the newest this many of each live memory.")  # fmt: skip
+@pass_ctx
+def versions_prune(ctx: Context, store: str, older_than_days: float, keep_last: int) -> None:
+    """Remove old versions, always keeping each live memory's newest ones."""
+    removed = ctx.service.prune_versions(
+        ctx.store(store), older_than_days=older_than_days, keep_last=keep_last
+    )
+    emit(ctx, {"pruned": removed}, lambda: click.echo(f"pruned {removed} version(s)"))
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+def parse_attach(ctx: Context, value: str) -> dict[str, str]:
+    """``STORE[:read_only|:read_write]``; a name may itself contain ':'."""
+    ref, _, mode = value.rpartition(":")
+    if not ref or mode not in ("read_only", "read_write"):
+        ref, mode = value, "read_write"
+    return {"type": "memory_store", "memory_store_id": ctx.store(ref), "access": mode}
+
+
+def load_spec(ctx: Context, file: str) -> list[dict[str, Any]]:
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+        loaded = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise click.UsageError(f"cannot read --spec {file!r}: {exc}") from None
+    if isinstance(loaded, dict) and "resources" in loaded:
+        loaded = loaded["resources"]
+    if not isinstance(loaded, list):
+        raise errors.InvalidRequest(f"--spec {file!r} must hold a list of attachments")
+    resources = []
+    for item in loaded:
+        if isinstance(item, dict) and isinstance(item.get("memory_store_id"), str):
+            item = {**item, "memory_store_id": ctx.store(item["memory_store_id"])}
+        resources.append(item)
+    return resources
+
+
+def show_session(ctx: Context, session: Session) -> None:
+    def table() -> None:
+        print_fields([
+            ("id", session.id), ("created_at", session.created_at),
+            ("ended_at", session.ended_at), ("mount_root", session.mount_root),
+        ])  # fmt: skip
+        click.echo("")
+        print_table(["STORE", "NAME", "ACCESS", "MOUNT PATH"], [
+            (a.memory_store_id, a.name, a.access, a.mount_path) for a in session.resources
+        ])  # fmt: skip
+
+    emit(ctx, session, table)
+
+
+@sessions.command("create")
+@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
+              help="Attach STORE read_write (default) or read_only; repeat for more.")  # fmt: skip
+@click.option("--spec", metavar="FILE",
+              help="JSON or YAML list of attachments: type, memory_store_id, access, "
+              "instructions ('-' for stdin).")  # fmt: skip
+@click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True,
+              help="Where the session's stores are mounted.")  # fmt: skip
+@pass_ctx
+def sessions_create(ctx: Context, attach: tuple[str, ...], spec: str | None, root: str) -> None:
+    """Create a session with its attached stores (fixed for its lifetime)."""
+    resources = [parse_attach(ctx, a) for a in attach]
+    if spec:
+        resources += load_spec(ctx, spec)
+    show_session(ctx, ctx.service.create_session(resources, mount_root=root))
+
+
+@sessions.command("show")
+@click.argument("session")
+@pass_ctx
+def sessions_show(ctx: Context, session: str) -> None:
+    """Show a session and where each store is mounted."""
+    show_session(ctx, ctx.service.get_session(session))
+
+
+@sessions.command("prompt")
+@click.argument("session")
+@pass_ctx
+def sessions_prompt(ctx: Context, session: str) -> None:
+    """Print the prompt note to add to the agent's system prompt."""
+    note = prompt_note(ctx.service.get_session(session))
+    emit(ctx, {"session_id": session, "prompt": note}, lambda: click.echo(note, nl=False))
+
+
+@sessions.command("end")
+@click.argument("session")
+@pass_ctx
+def sessions_end(ctx: Context, session: str) -> None:
+    """End a session."""
+    show_session(ctx, ctx.service.end_session(session))
+
+
+# -- db ---------------------------------------------------------------------------------------
+
+
+@db.command("upgrade")
+@pass_ctx
+def db_upgrade(ctx: Context) -> None:
+    """Bring the database schema up to this version of mnemofs."""
+    engine = make_engine(ctx.db, check_schema=False)
+    upgrade(engine)
+    emit(ctx, {"upgraded": True}, lambda: click.echo("database schema is up to date"))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: run the CLI, turning domain errors into one line and an exit code."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        result = cli.main(args=argv, prog_name="mnemofs", standalone_mode=False)
+    except errors.MnemofsError as error:
+        fail(error)
+    except click.exceptions.Abort:
+        click.echo("mnemofs: aborted", err=True)
+        sys.exit(1)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "mnemofs"
+        click.echo(f"mnemofs: usage: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"mnemofs: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except DBAPIError as exc:
+        click.echo(f"mnemofs: database error: {str(exc.orig).splitlines()[0]}", err=True)
+        sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)

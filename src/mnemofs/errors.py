@@ -1,0 +1,81 @@
+"""Domain errors: every refusal the store makes, typed, with a message naming the offending value.
+
+No errno here: the filesystem adapter and the CLI each map these at their own boundary.
+"""
+
+from __future__ import annotations
+
+
+class MnemofsError(Exception):
+    """Base of every refusal. ``type`` is the spec's error name (``invalid_request``...)."""
+
+    type = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"type": self.type, "message": self.message}
+
+
+class InvalidRequest(MnemofsError):
+    """The request itself is malformed: a bad path, an unknown option, a value out of range."""
+
+    type = "invalid_request"
+
+
+class NotFound(MnemofsError):
+    """A store, memory, version or session that does not exist."""
+
+    type = "not_found"
+
+
+class Conflict(MnemofsError):
+    """The request collides with the current state (an existing path, a non-empty directory...)."""
+
+    type = "conflict"
+
+
+class PreconditionFailed(MnemofsError):
+    """A ``content_sha256`` precondition no longer matches the stored content."""
+
+    type = "precondition_failed"
+
+
+class LimitExceeded(MnemofsError):
+    """A limit from ``mnemofs.limits`` would be passed (content size, memories per store...)."""
+
+    type = "limit_exceeded"
+
+
+class StoreArchived(MnemofsError):
+    """The store is archived: read-only forever, and it cannot be attached to new sessions."""
+
+    type = "store_archived"
+
+
+class ContentTooLarge(LimitExceeded):
+    """Content over ``MAX_CONTENT_BYTES``: a limit, singled out because a filesystem says EFBIG."""
+
+
+class StoreFull(LimitExceeded):
+    """A new memory would pass ``MAX_MEMORIES_PER_STORE``: a filesystem says ENOSPC."""
+
+
+class InvalidContent(InvalidRequest):
+    """Content that is not valid UTF-8 text: a filesystem says EILSEQ."""
+
+
+class NameTooLong(InvalidRequest):
+    """A path segment or a whole path over its byte limit: a filesystem says ENAMETOOLONG."""
+
+
+ERROR_TYPES: tuple[type[MnemofsError], ...] = (
+    InvalidRequest,
+    NotFound,
+    Conflict,
+    PreconditionFailed,
+    LimitExceeded,
+    StoreArchived,
+)

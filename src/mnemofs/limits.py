@@ -1,0 +1,24 @@
+"""Every limit of SPEC.md as one named constant. Nothing else in the code spells these numbers."""
+
+from __future__ import annotations
+
+MAX_CONTENT_BYTES = 102_400
+"""A memory's content, as UTF-8 bytes (100 KiB)."""
+
+MAX_MEMORIES_PER_STORE = 10_000
+MAX_STORES_PER_SESSION = 8
+MAX_INSTRUCTIONS_CHARS = 4_096
+MAX_STORE_NAME_CHARS = 255
+MAX_DESCRIPTION_CHARS = 2_048
+MAX_SEGMENT_BYTES = 255
+MAX_PATH_BYTES = 1_024
+
+DEFAULT_RETENTION_DAYS = 30
+"""Prune removes versions older than this..."""
+DEFAULT_KEEP_VERSIONS = 10
+"""...except the newest this many versions of each live memory."""
+
+DEFAULT_PAGE_LIMIT = 100
+MAX_PAGE_LIMIT = 1_000
+
+DEFAULT_MOUNT_ROOT = "/mnt/memory"

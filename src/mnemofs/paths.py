@@ -1,0 +1,107 @@
+"""Path and slug rules: pure functions, no I/O.
+
+A memory path is absolute (``/notes/todo.md``), its segments separated by ``/``; no empty, ``.``
+or ``..`` segment; no NUL or control character; each segment at most ``MAX_SEGMENT_BYTES`` and the
+whole path at most ``MAX_PATH_BYTES`` as UTF-8. A *prefix* names a directory and ends with ``/``
+(``/`` itself is the store's root). Paths sort as strings, which for UTF-8 equals byte order.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+
+from slugify import slugify
+
+from mnemofs.errors import InvalidRequest, NameTooLong
+from mnemofs.limits import MAX_PATH_BYTES, MAX_SEGMENT_BYTES
+
+ROOT = "/"
+
+
+def _check_segments(text: str, what: str, segments: list[str]) -> None:
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            shown = segment or "an empty segment"
+            raise InvalidRequest(f"{what} {text!r} has {shown!r} as a segment")
+        for ch in segment:
+            if unicodedata.category(ch) == "Cc":
+                raise InvalidRequest(
+                    f"{what} {text!r} contains the control character U+{ord(ch):04X}"
+                )
+            if 0xD800 <= ord(ch) <= 0xDFFF:
+                raise InvalidRequest(f"{what} {text!r} is not valid Unicode")
+        if len(segment.encode()) > MAX_SEGMENT_BYTES:
+            raise NameTooLong(
+                f"{what} {text!r}: segment {segment[:40]!r}... is over {MAX_SEGMENT_BYTES} bytes"
+            )
+    if len(text.encode()) > MAX_PATH_BYTES:
+        raise NameTooLong(f"{what} {text[:60]!r}... is over {MAX_PATH_BYTES} bytes")
+
+
+def validate_path(path: object) -> str:
+    """Return ``path`` if it is a valid memory path, else raise ``InvalidRequest``."""
+    if not isinstance(path, str) or not path:
+        raise InvalidRequest(f"path must be a non-empty string, got {path!r}")
+    if not path.startswith("/"):
+        raise InvalidRequest(f"path {path!r} must be absolute (start with '/')")
+    if path.endswith("/"):
+        raise InvalidRequest(f"path {path!r} must not end with '/': that names a directory")
+    _check_segments(path, "path", path[1:].split("/"))
+    return path
+
+
+def validate_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it is a valid directory prefix (``/`` or ``/a/b/``)."""
+    if not isinstance(prefix, str) or not prefix.startswith("/") or not prefix.endswith("/"):
+        raise InvalidRequest(f"path_prefix {prefix!r} must start and end with '/'")
+    if prefix != ROOT:
+        _check_segments(prefix, "path_prefix", prefix[1:-1].split("/"))
+    return prefix
+
+
+def as_prefix(path: str) -> str:
+    """The directory prefix named by ``path``: ``/a/b`` → ``/a/b/``."""
+    return path if path.endswith("/") else path + "/"
+
+
+def parent_prefix(path: str) -> str:
+    """The prefix of the directory holding ``path``: ``/a/b.md`` → ``/a/``, ``/a/`` → ``/``."""
+    return path.rstrip("/").rsplit("/", 1)[0] + "/"
+
+
+def ancestor_prefixes(path: str) -> list[str]:
+    """Every directory above ``path`` except the root: ``/a/b/c.md`` → ``['/a/', '/a/b/']``."""
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) + "/" for i in range(len(parts))]
+
+
+def prefix_upper_bound(prefix: str) -> str:
+    """Smallest string above every path under ``prefix``: everything under ``/a/`` sorts before
+    ``/a0`` because ``0`` follows ``/`` in ASCII. Used for index range scans."""
+    return prefix[:-1] + "0"
+
+
+def basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def slug_for(name: str) -> str:
+    """A store's directory name: lowercased, every run of non-alphanumerics one hyphen."""
+    slug = slugify(name, max_length=MAX_SEGMENT_BYTES, word_boundary=False) or "store"
+    return slug
+
+
+def unique_slugs(names: Iterable[str]) -> list[str]:
+    """Slugs for stores attached in this order; a repeat gets ``-2``, ``-3``... stably."""
+    taken: set[str] = set()
+    result: list[str] = []
+    for name in names:
+        base = slug_for(name)
+        slug, n = base, 1
+        while slug in taken:
+            n += 1
+            slug = f"{base}-{n}"
+        taken.add(slug)
+        result.append(slug)
+    return result

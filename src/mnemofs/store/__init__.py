@@ -1,0 +1,17 @@
+"""The database layer: schema, engine setup and the service that owns every rule.
+
+Knows nothing of FUSE, trio or the CLI.
+"""
+
+from mnemofs.store.engine import make_engine, resolve_url, upgrade
+from mnemofs.store.service import MemoryService, decode_content, prompt_note, sha256_hex
+
+__all__ = [
+    "MemoryService",
+    "decode_content",
+    "make_engine",
+    "prompt_note",
+    "resolve_url",
+    "sha256_hex",
+    "upgrade",
+]

@@ -1,0 +1,138 @@
+"""The database schema: one place where every table, column and invariant is explained.
+
+Conventions
+- Ids are text: the resource prefix and a ULID (``memstore_01J...``).
+- Timestamps are text, UTC ISO-8601 with milliseconds and a ``Z`` (``2026-11-30T15:53:37.123Z``).
+  That format sorts as time does, so range conditions on it (prune) are plain string compares,
+  identical on SQLite and PostgreSQL.
+- Paths use byte-order collation on both backends (SQLite's default BINARY, ``"C"`` on
+  PostgreSQL), so ``ORDER BY path`` is the listing order and ``path >= '/a/' AND path < '/a0'``
+  is an index range scan of everything under ``/a/``.
+- Every change to a store's memories or directories happens in one transaction that first locks
+  that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
+  the per-store checks (path free, count under the limit) cannot race.
+
+Changing anything here needs a new Alembic revision in ``migrations/versions`` and a bump of
+``SCHEMA_REVISION``; ``tests/test_migrations.py`` fails when this file and the migrations disagree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+SCHEMA_REVISION = "0001"
+"""The Alembic revision this code reads and writes; a database at another one must be upgraded."""
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# Byte-order text for paths (see the module docstring).
+PathText = Text().with_variant(Text(collation="C"), "postgresql")
+# An auto-incrementing integer key: SQLite only aliases the rowid for exactly "INTEGER".
+SeqInteger = BigInteger().with_variant(Integer(), "sqlite")
+
+
+memory_stores = Table(
+    "memory_stores",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("name", Text, nullable=False),  # 1-255 chars; not unique (slugs disambiguate)
+    Column("description", Text, nullable=False, default=""),  # shown to the agent
+    Column("created_at", Text, nullable=False),
+    Column("updated_at", Text, nullable=False),  # last change of name or description
+    Column("archived_at", Text),  # NULL while live; set once, never cleared
+    # Live memories in the store, kept in step by every create/delete so the limit check and
+    # statfs never count rows.
+    Column("memory_count", Integer, nullable=False, default=0),
+    # Bumped by every change to the store's memories, directories or metadata: a cheap
+    # "did anything change since I last looked" for mounts and sync workers.
+    Column("revision", BigInteger, nullable=False, default=0),
+)
+
+memories = Table(
+    "memories",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("store_id", Text, ForeignKey("memory_stores.id"), nullable=False),
+    Column("path", PathText, nullable=False),
+    Column("content", Text, nullable=False),  # valid UTF-8, no NUL, <= MAX_CONTENT_BYTES
+    Column("content_sha256", Text, nullable=False),  # hex SHA-256 of the UTF-8 bytes
+    Column("size_bytes", Integer, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("updated_at", Text, nullable=False),
+    # The version written by the last change: the head, which redact refuses to clear.
+    Column("head_version_id", Text, nullable=False),
+    # One memory per path; the index also serves ordered listings and prefix range scans.
+    UniqueConstraint("store_id", "path"),
+)
+
+memory_versions = Table(
+    "memory_versions",
+    metadata,
+    # Commit order. Within one store, writers hold the store's row lock, so a higher seq is
+    # always a later commit; "newest first" is ORDER BY seq DESC.
+    Column("seq", SeqInteger, primary_key=True, autoincrement=True),
+    Column("id", Text, nullable=False, unique=True),
+    Column("store_id", Text, ForeignKey("memory_stores.id"), nullable=False),
+    # No foreign key: versions outlive the memory they describe.
+    Column("memory_id", Text, nullable=False),
+    Column("operation", Text, nullable=False),  # created | modified | renamed | deleted
+    Column("path", PathText, nullable=False),  # the memory's path after the change
+    # The memory's content after the change. NULL once redacted, and for 'deleted' versions.
+    Column("content", Text),
+    Column("content_sha256", Text),  # NULL exactly when content is
+    Column("size_bytes", Integer, nullable=False),  # kept through redaction
+    Column("created_at", Text, nullable=False),
+    Column("actor", Text, nullable=False),  # a session id, 'cli', 'api' or 'sync'
+    Column("redacted_at", Text),
+    Index(None, "store_id", "seq"),
+    Index(None, "memory_id", "seq"),
+)
+
+directories = Table(
+    "directories",
+    metadata,
+    # Directories made explicitly (mkdir); they persist while empty, until removed. Directories
+    # implied by the memories under them have no row.
+    Column("store_id", Text, ForeignKey("memory_stores.id"), primary_key=True),
+    Column("path", PathText, primary_key=True),  # a prefix: '/notes/'
+    Column("created_at", Text, nullable=False),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("created_at", Text, nullable=False),
+    Column("ended_at", Text),
+    Column("mount_root", Text, nullable=False),  # '/mnt/memory' unless asked otherwise
+)
+
+session_attachments = Table(
+    "session_attachments",
+    metadata,
+    Column("session_id", Text, ForeignKey("sessions.id"), primary_key=True),
+    Column("position", Integer, primary_key=True),  # order given at creation, 0-based
+    Column("store_id", Text, ForeignKey("memory_stores.id"), nullable=False),
+    Column("access", Text, nullable=False),  # read_write | read_only
+    Column("instructions", Text, nullable=False, default=""),
+    # Fixed at creation so a later store rename never moves a session's mount.
+    Column("slug", Text, nullable=False),
+    Index(None, "store_id"),
+)

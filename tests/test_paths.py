@@ -1,0 +1,88 @@
+"""Path and slug rules: pure functions, no database."""
+
+from __future__ import annotations
+
+import pytest
+
+from mnemofs.errors import InvalidRequest, NameTooLong
+from mnemofs.paths import (
+    ancestor_prefixes,
+    parent_prefix,
+    prefix_upper_bound,
+    slug_for,
+    unique_slugs,
+    validate_path,
+    validate_prefix,
+)
+
+
+@pytest.mark.parametrize(
+    "path", ["/a", "/notes/todo.md", "/ünï/cödé.md", "/a b/c-d_e.txt", "/.hidden"]
+)
+def test_valid_paths(path: str) -> None:
+    assert validate_path(path) == path
+
+
+@pytest.mark.parametrize(
+    ("path", "fragment"),
+    [
+        ("", "non-empty"),
+        ("a/b", "absolute"),
+        ("/a/", "must not end"),
+        ("/", "must not end"),
+        ("//a", "empty segment"),
+        ("/a//b", "empty segment"),
+        ("/./a", "'.'"),
+        ("/a/../b", "'..'"),
+        ("/a\x00b", "U+0000"),
+        ("/a\nb", "U+000A"),
+        ("/a\x7fb", "U+007F"),
+        ("/a\ud800", "not valid Unicode"),
+    ],
+)
+def test_invalid_paths_name_the_problem(path: str, fragment: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        validate_path(path)
+    assert fragment in info.value.message
+
+
+def test_segment_and_path_byte_limits() -> None:
+    assert validate_path("/" + "a" * 255)
+    assert validate_path("/" + "é" * 127)  # 254 bytes
+    with pytest.raises(NameTooLong):
+        validate_path("/" + "é" * 128)  # 256 bytes
+    long_ok = "/" + "/".join(["a" * 100] * 10)  # 1,010 bytes
+    assert validate_path(long_ok)
+    with pytest.raises(NameTooLong):
+        validate_path(long_ok + "/" + "b" * 14)  # 1,025 bytes
+
+
+def test_prefixes() -> None:
+    assert validate_prefix("/") == "/"
+    assert validate_prefix("/notes/") == "/notes/"
+    for bad in ["", "/notes", "notes/", "//", "/a//"]:
+        with pytest.raises(InvalidRequest):
+            validate_prefix(bad)
+
+
+def test_tree_helpers() -> None:
+    assert ancestor_prefixes("/a/b/c.md") == ["/a/", "/a/b/"]
+    assert ancestor_prefixes("/c.md") == []
+    assert parent_prefix("/a/b.md") == "/a/"
+    assert parent_prefix("/a/") == "/"
+    upper = prefix_upper_bound("/notes/")
+    assert upper == "/notes0"
+    assert "/notes/" < "/notes/zzz" < "/notes/\U0010ffff" < upper
+    assert not ("/notes/" <= "/notes-archive/x" < upper)
+
+
+def test_slugs() -> None:
+    assert slug_for("Demo Memory") == "demo-memory"
+    assert slug_for("  User -- Preferences!! ") == "user-preferences"
+    assert slug_for("!!!") == "store"
+    assert unique_slugs(["Demo", "demo", "DEMO", "demo-2"]) == [
+        "demo",
+        "demo-2",
+        "demo-3",
+        "demo-2-2",
+    ]
