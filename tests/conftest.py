@@ -66,8 +66,10 @@ def engine(db_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def service(engine: Engine) -> MemoryService:
-    return MemoryService(engine, actor="api")
+def service(engine: Engine) -> Iterator[MemoryService]:
+    svc = MemoryService(engine, actor="api")
+    yield svc
+    svc.close()
 
 
 @pytest.fixture

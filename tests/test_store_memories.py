@@ -136,7 +136,9 @@ def test_list_order_prefix_and_depth(service: MemoryService, store_id: str) -> N
          "/notes.md", "/notes/a.md", "/z/y/x.md"]
     )  # fmt: skip
     assert paths(service, store_id, path_prefix="/notes/") == [
-        "/notes/a.md", "/notes/sub/deep.md", "/notes/todo.md"
+        "/notes/a.md",
+        "/notes/sub/deep.md",
+        "/notes/todo.md",
     ]
     top = service.list_memories(store_id, depth=1).data
     assert [(e.type, e.path) for e in top] == [
@@ -149,7 +151,9 @@ def test_list_order_prefix_and_depth(service: MemoryService, store_id: str) -> N
     assert all(isinstance(e, MemoryPrefix | Memory) for e in top)
     assert all(e.content is None for e in top if isinstance(e, Memory))
     assert paths(service, store_id, path_prefix="/notes/", depth=1) == [
-        "/notes/a.md", "/notes/sub/", "/notes/todo.md"
+        "/notes/a.md",
+        "/notes/sub/",
+        "/notes/todo.md",
     ]
     assert paths(service, store_id, path_prefix="/nothing/") == []
 
@@ -194,7 +198,16 @@ def test_pagination_walks_every_entry_once(service: MemoryService, store_id: str
                 cursor = page.next_cursor
             assert walked == full, (depth, limit)
     assert paths(service, store_id, depth=1) == [
-        "/d0/", "/d1/", "/d2/", "/d3/", "/e2/", "/empty/", "/f0.md", "/f1.md", "/f2.md", "/f3.md"
+        "/d0/",
+        "/d1/",
+        "/d2/",
+        "/d3/",
+        "/e2/",
+        "/empty/",
+        "/f0.md",
+        "/f1.md",
+        "/f2.md",
+        "/f3.md",
     ]
     cursor = service.list_memories(store_id, depth=1, limit=1).next_cursor
     with pytest.raises(errors.InvalidRequest, match="another kind"):
@@ -347,3 +360,14 @@ def test_actor_is_recorded(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "x", actor="sess_123")
     service.update_memory(store_id, mem.id, content="y", actor="cli")
     assert [v.actor for v in service.list_versions(store_id)] == ["cli", "sess_123"]
+
+
+def test_rename_onto_own_directory(service: MemoryService, store_id: str) -> None:
+    """Found by the stateful test: the memory being moved must not hide its siblings."""
+    a = service.create_memory(store_id, "/d/a.md", "a")
+    b = service.create_memory(store_id, "/d/b.md", "b")
+    with pytest.raises(errors.Conflict, match="'/d' is a directory"):
+        service.update_memory(store_id, a.id, path="/d")
+    service.delete_memory(store_id, b.id)
+    assert service.update_memory(store_id, a.id, path="/d").path == "/d"
+    assert paths(service, store_id, depth=1) == ["/d"]

@@ -161,6 +161,7 @@ class Workspace:
         self.sessions = Sessions(service)
 
     def close(self) -> None:
+        self.service.close()
         self.service.engine.dispose()
 
     def __enter__(self) -> Workspace:

@@ -55,6 +55,12 @@ class StoreArchived(MnemofsError):
     type = "store_archived"
 
 
+class Unavailable(MnemofsError):
+    """The database failed or could not be reached; nothing was changed by the failed call."""
+
+    type = "unavailable"
+
+
 class ContentTooLarge(LimitExceeded):
     """Content over ``MAX_CONTENT_BYTES``: a limit, singled out because a filesystem says EFBIG."""
 

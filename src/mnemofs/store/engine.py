@@ -23,6 +23,7 @@ from mnemofs.store.schema import SCHEMA_REVISION
 ENV_DB = "MNEMOFS_DB"
 WRITE_OPTION = "mnemofs_write"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_CACHE_KIB = 65_536  # per connection, at most: a full store's memories stay in memory
 
 
 class SchemaOutOfDate(InvalidRequest):
@@ -55,6 +56,7 @@ def _setup_sqlite(engine: Engine) -> None:
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
         cur.close()
 
     @event.listens_for(engine, "begin")

@@ -1,43 +1,30 @@
 """The service: every rule of SPEC.md §1–3 about stores, memories, versions and sessions.
 
 Concurrency contract
-- Each public method is one database transaction, run by ``_run``; nothing is held between calls,
-  so one ``MemoryService`` may be shared by threads (the engine's pool hands each its connection).
+- Each public method is one database transaction (``Database.run``); nothing is held between
+  calls, so one ``MemoryService`` may be shared by threads, each using its own connection.
 - Every change to a store's memories or directories starts by locking the store's row
-  (``_lock_store``). On SQLite the write transaction is ``BEGIN IMMEDIATE`` already; on PostgreSQL
-  the row lock serialises writers of one store, so "is the path free", "is the store under its
-  limit" and the version order are decided by one writer at a time.
-- Transient failures (a busy SQLite file, a PostgreSQL serialization failure or deadlock, a
-  connection dropped before the transaction did anything) are retried inside ``_run``; callers
-  never see "database is locked".
+  (``_lock_store``: ``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite the write transaction is
+  ``BEGIN IMMEDIATE`` already). One writer at a time per store decides "is the path free", "is
+  the store under its limit" and the order of versions.
+- Transient failures are retried inside ``Database.run``; callers never see "database is
+  locked". A failure that persists is ``Unavailable``, and the transaction left nothing behind.
+
+The SQL here is plain and portable between SQLite and PostgreSQL (see ``sql.py`` for why);
+``schema.py`` explains every table and column it touches.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import (
-    Engine,
-    and_,
-    delete,
-    func,
-    insert,
-    literal,
-    select,
-    union_all,
-    update,
-)
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import Engine
 
 from mnemofs import limits
 from mnemofs.errors import (
@@ -80,48 +67,23 @@ from mnemofs.paths import (
     validate_path,
     validate_prefix,
 )
-from mnemofs.store.engine import WRITE_OPTION
-from mnemofs.store.schema import (
-    directories,
-    memories,
-    memory_stores,
-    memory_versions,
-    session_attachments,
-    sessions,
-)
+from mnemofs.store.sql import Database, Tx
 
 T = TypeVar("T")
 
-_RETRIES = 8
-_PG_RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
-
-_MEMORY_META = (
-    memories.c.id,
-    memories.c.store_id,
-    memories.c.path,
-    memories.c.content_sha256,
-    memories.c.size_bytes,
-    memories.c.created_at,
-    memories.c.updated_at,
-    memories.c.head_version_id,
+_MEMORY_COLS = (
+    "id, store_id, path, content_sha256, size_bytes, created_at, updated_at, head_version_id"
 )
-_VERSION_META = (
-    memory_versions.c.id,
-    memory_versions.c.store_id,
-    memory_versions.c.memory_id,
-    memory_versions.c.operation,
-    memory_versions.c.path,
-    memory_versions.c.content_sha256,
-    memory_versions.c.size_bytes,
-    memory_versions.c.created_at,
-    memory_versions.c.actor,
-    memory_versions.c.redacted_at,
+_VERSION_COLS = (
+    "id, store_id, memory_id, operation, path, content_sha256, size_bytes, created_at, actor, "
+    "redacted_at"
 )
+_STORE_COLS = "id, name, description, created_at, updated_at, archived_at, memory_count"
 
 
 def utc_now() -> str:
     """Now as the spec's timestamp: UTC ISO-8601 with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _timestamp(datetime.now(UTC))
 
 
 def _timestamp(moment: datetime) -> str:
@@ -138,7 +100,7 @@ def decode_content(data: bytes) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidContent(
-            f"content is not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+            f"content is not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
         ) from None
     return validate_content(text)
 
@@ -280,6 +242,12 @@ def _is_hex(value: str) -> bool:
     return True
 
 
+def _placeholders(name: str, values: list[str]) -> tuple[str, dict[str, str]]:
+    """``:name0, :name1, ...`` and their parameters, for an IN list."""
+    params = {f"{name}{i}": v for i, v in enumerate(values)}
+    return ", ".join(":" + k for k in params), params
+
+
 class MemoryService:
     """Stores, memories, versions and sessions over one database (one workspace).
 
@@ -290,46 +258,16 @@ class MemoryService:
     def __init__(self, engine: Engine, *, actor: str = "api") -> None:
         self.engine = engine
         self.actor = actor
-        self._dialect = engine.dialect.name
+        self.db = Database(engine)
 
-    # -- transactions ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self.db.close()
 
-    def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
-        """Run ``fn`` in one transaction, retrying transient failures (see the module doc)."""
-        delay = 0.01
-        for attempt in range(_RETRIES):
-            try:
-                with self.engine.connect() as conn:
-                    if write:
-                        conn = conn.execution_options(**{WRITE_OPTION: True})
-                    with conn.begin():
-                        return fn(conn)
-            except DBAPIError as exc:
-                if attempt == _RETRIES - 1 or not self._is_transient(exc):
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
-        raise AssertionError("unreachable")
+    def _read(self, fn: Callable[[Tx], T]) -> T:
+        return self.db.run(fn, write=False)
 
-    def _is_transient(self, exc: DBAPIError) -> bool:
-        if exc.connection_invalidated:
-            return True
-        if getattr(exc.orig, "sqlstate", None) in _PG_RETRYABLE:
-            return True
-        if isinstance(exc, OperationalError) and self._dialect == "sqlite":
-            message = str(exc.orig).lower()
-            return "locked" in message or "busy" in message
-        return False
-
-    def _read(self, fn: Callable[[Connection], T]) -> T:
-        return self._run(fn, write=False)
-
-    def _write(self, fn: Callable[[Connection], T]) -> T:
-        return self._run(fn, write=True)
-
-    def _insert_ignore(self, table: Any) -> Any:
-        dialect = postgresql if self._dialect == "postgresql" else sqlite
-        return dialect.insert(table).on_conflict_do_nothing()
+    def _write(self, fn: Callable[[Tx], T]) -> T:
+        return self.db.run(fn, write=True)
 
     # -- stores ---------------------------------------------------------------------------------
 
@@ -347,27 +285,31 @@ class MemoryService:
             memory_count=0,
         )
 
-        def run(conn: Connection) -> MemoryStore:
-            conn.execute(insert(memory_stores).values(revision=0, **dataclasses.asdict(store)))
+        def run(tx: Tx) -> MemoryStore:
+            tx.run(
+                "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+                "archived_at, memory_count, revision) VALUES (:id, :name, :description, "
+                ":created_at, :updated_at, NULL, 0, 0)",
+                {"id": store.id, "name": name, "description": description,
+                 "created_at": now, "updated_at": now},
+            )  # fmt: skip
             return store
 
         return self._write(run)
 
     def get_store(self, store_id: str) -> MemoryStore:
-        return self._read(lambda conn: _store(self._store_row(conn, store_id)))
+        return self._read(lambda tx: _store(self._store_row(tx, store_id)))
 
-    def _store_row(self, conn: Connection, store_id: str, *, lock: bool = False) -> Any:
-        query = select(memory_stores).where(memory_stores.c.id == store_id)
-        if lock:
-            query = query.with_for_update()
-        row = conn.execute(query).one_or_none()
+    def _store_row(self, tx: Tx, store_id: str, *, lock: bool = False) -> Any:
+        sql = f"SELECT {_STORE_COLS} FROM memory_stores WHERE id = :id"
+        row = tx.one(sql + " FOR UPDATE" if lock else sql, {"id": store_id})
         if row is None:
             raise NotFound(f"memory store {store_id!r} not found")
         return row
 
-    def _lock_store(self, conn: Connection, store_id: str) -> Any:
+    def _lock_store(self, tx: Tx, store_id: str) -> Any:
         """Lock a live store's row for a change; refuse an archived store."""
-        row = self._store_row(conn, store_id, lock=True)
+        row = self._store_row(tx, store_id, lock=True)
         if row.archived_at is not None:
             raise StoreArchived(
                 f"memory store {row.name!r} ({store_id}) is archived and read-only "
@@ -375,30 +317,27 @@ class MemoryService:
             )
         return row
 
-    def _touch_store(self, conn: Connection, store_id: str, count_delta: int = 0) -> None:
-        conn.execute(
-            update(memory_stores)
-            .where(memory_stores.c.id == store_id)
-            .values(
-                memory_count=memory_stores.c.memory_count + count_delta,
-                revision=memory_stores.c.revision + 1,
-            )
+    @staticmethod
+    def _touch_store(tx: Tx, store_id: str, count_delta: int = 0) -> None:
+        tx.run(
+            "UPDATE memory_stores SET memory_count = memory_count + :delta, "
+            "revision = revision + 1 WHERE id = :id",
+            {"delta": count_delta, "id": store_id},
         )
 
     def resolve_store(self, ref: str) -> StoreId:
         """A store id from a ``memstore_`` id or an exact store name."""
 
-        def run(conn: Connection) -> StoreId:
+        def run(tx: Tx) -> StoreId:
             if ref.startswith(STORE_PREFIX):
-                return StoreId(self._store_row(conn, ref).id)
-            ids = conn.execute(
-                select(memory_stores.c.id).where(memory_stores.c.name == ref)
-            ).scalars().all()
+                return StoreId(self._store_row(tx, ref).id)
+            ids = [r.id for r in tx.all("SELECT id FROM memory_stores WHERE name = :n", {"n": ref})]
             if not ids:
                 raise NotFound(f"no memory store is named {ref!r}")
             if len(ids) > 1:
                 raise InvalidRequest(
-                    f"{len(ids)} memory stores are named {ref!r} ({', '.join(ids)}): use an id"
+                    f"{len(ids)} memory stores are named {ref!r} ({', '.join(sorted(ids))}): "
+                    "use an id"
                 )
             return StoreId(ids[0])
 
@@ -413,14 +352,16 @@ class MemoryService:
     ) -> Page[MemoryStore]:
         limit = _validate_limit(limit)
         after = _decode_cursor("stores", cursor)
+        where = ["id > :after"] if after is not None else []
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        sql = f"SELECT {_STORE_COLS} FROM memory_stores"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id LIMIT :limit"
 
-        def run(conn: Connection) -> Page[MemoryStore]:
-            query = select(memory_stores).order_by(memory_stores.c.id).limit(limit + 1)
-            if not include_archived:
-                query = query.where(memory_stores.c.archived_at.is_(None))
-            if after is not None:
-                query = query.where(memory_stores.c.id > after)
-            rows = conn.execute(query).all()
+        def run(tx: Tx) -> Page[MemoryStore]:
+            rows = tx.all(sql, {"after": after, "limit": limit + 1})
             data = [_store(row) for row in rows[:limit]]
             more = len(rows) > limit
             return Page(
@@ -438,35 +379,36 @@ class MemoryService:
     ) -> MemoryStore:
         if name is None and description is None:
             raise InvalidRequest("nothing to update: give a name, a description or both")
-        changes: dict[str, Any] = {}
         if name is not None:
-            changes["name"] = _validate_store_name(name)
+            name = _validate_store_name(name)
         if description is not None:
-            changes["description"] = _validate_description(description)
+            description = _validate_description(description)
 
-        def run(conn: Connection) -> MemoryStore:
-            self._lock_store(conn, store_id)
-            conn.execute(
-                update(memory_stores)
-                .where(memory_stores.c.id == store_id)
-                .values(updated_at=utc_now(), revision=memory_stores.c.revision + 1, **changes)
-            )
-            return _store(self._store_row(conn, store_id))
+        def run(tx: Tx) -> MemoryStore:
+            row = self._lock_store(tx, store_id)
+            tx.run(
+                "UPDATE memory_stores SET name = :name, description = :description, "
+                "updated_at = :now, revision = revision + 1 WHERE id = :id",
+                {"name": row.name if name is None else name,
+                 "description": row.description if description is None else description,
+                 "now": utc_now(), "id": store_id},
+            )  # fmt: skip
+            return _store(self._store_row(tx, store_id))
 
         return self._write(run)
 
     def archive_store(self, store_id: str) -> MemoryStore:
         """Make a store read-only forever. Archiving an archived store changes nothing."""
 
-        def run(conn: Connection) -> MemoryStore:
-            row = self._store_row(conn, store_id, lock=True)
+        def run(tx: Tx) -> MemoryStore:
+            row = self._store_row(tx, store_id, lock=True)
             if row.archived_at is None:
-                conn.execute(
-                    update(memory_stores)
-                    .where(memory_stores.c.id == store_id)
-                    .values(archived_at=utc_now(), revision=memory_stores.c.revision + 1)
+                tx.run(
+                    "UPDATE memory_stores SET archived_at = :now, revision = revision + 1 "
+                    "WHERE id = :id",
+                    {"now": utc_now(), "id": store_id},
                 )
-            return _store(self._store_row(conn, store_id))
+            return _store(self._store_row(tx, store_id))
 
         return self._write(run)
 
@@ -477,73 +419,62 @@ class MemoryService:
         lose a directory it was promised.
         """
 
-        def run(conn: Connection) -> None:
-            self._store_row(conn, store_id, lock=True)
-            active = conn.execute(
-                select(sessions.c.id)
-                .join(session_attachments, session_attachments.c.session_id == sessions.c.id)
-                .where(session_attachments.c.store_id == store_id, sessions.c.ended_at.is_(None))
-                .order_by(sessions.c.id)
-            ).scalars().all()
+        def run(tx: Tx) -> None:
+            self._store_row(tx, store_id, lock=True)
+            active = [
+                r.id
+                for r in tx.all(
+                    "SELECT s.id FROM sessions s JOIN session_attachments a "
+                    "ON a.session_id = s.id WHERE a.store_id = :id AND s.ended_at IS NULL "
+                    "ORDER BY s.id",
+                    {"id": store_id},
+                )
+            ]
             if active:
                 raise Conflict(
                     f"memory store {store_id!r} is attached to active session(s) "
                     f"{', '.join(active)}: end them first"
                 )
-            for table in (session_attachments, memory_versions, memories, directories):
-                conn.execute(delete(table).where(table.c.store_id == store_id))
-            conn.execute(delete(memory_stores).where(memory_stores.c.id == store_id))
+            for table in ("session_attachments", "memory_versions", "memories", "directories"):
+                tx.run(f"DELETE FROM {table} WHERE store_id = :id", {"id": store_id})
+            tx.run("DELETE FROM memory_stores WHERE id = :id", {"id": store_id})
 
         self._write(run)
 
     # -- memories -------------------------------------------------------------------------------
 
-    def _memory_row(
-        self, conn: Connection, store_id: str, memory_id: str, *, content: bool = False
-    ) -> Any:
-        cols = (*_MEMORY_META, memories.c.content) if content else _MEMORY_META
-        row = conn.execute(
-            select(*cols).where(memories.c.id == memory_id, memories.c.store_id == store_id)
-        ).one_or_none()
+    def _memory_row(self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False) -> Any:
+        cols = _MEMORY_COLS + (", content" if content else "")
+        row = tx.one(
+            f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
+            {"id": memory_id, "store": store_id},
+        )
         if row is None:
-            self._store_row(conn, store_id)
+            self._store_row(tx, store_id)
             raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
         return row
 
     def _check_path_free(
-        self, conn: Connection, store_id: str, path: str, *, ignore: str | None = None
+        self, tx: Tx, store_id: str, path: str, *, ignore: str | None = None
     ) -> None:
         """Refuse a path taken by a memory or a directory, or under a memory.
 
-        A path is never both a file and a directory, so every store can be mounted.
+        A path is never both a file and a directory, so every store can be mounted. One query:
+        memories at the path or at an ancestor (as a file), the first memory under it, and the
+        first explicit directory at or under it.
         """
-        as_files = [p[:-1] for p in ancestor_prefixes(path)]
+        in_list, params = _placeholders("p", [path, *(p[:-1] for p in ancestor_prefixes(path))])
         as_dir = path + "/"
-        taken_by_file = select(memories.c.path, memories.c.id).where(
-            memories.c.store_id == store_id, memories.c.path.in_([path, *as_files])
+        params |= {"store": store_id, "lo": as_dir, "hi": prefix_upper_bound(as_dir),
+                   "ignore": ignore or ""}  # fmt: skip
+        rows = tx.all(
+            f"SELECT path, id FROM memories WHERE store_id = :store AND path IN ({in_list}) "
+            "UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
+            "AND path >= :lo AND path < :hi AND id != :ignore ORDER BY path LIMIT 1) AS under "
+            "UNION ALL SELECT * FROM (SELECT path, NULL AS id FROM directories "
+            "WHERE store_id = :store AND path >= :lo AND path < :hi ORDER BY path LIMIT 1) AS d",
+            params,
         )
-        under = (
-            select(memories.c.path, memories.c.id)
-            .where(
-                memories.c.store_id == store_id,
-                memories.c.path >= as_dir,
-                memories.c.path < prefix_upper_bound(as_dir),
-            )
-            .limit(1)
-            .subquery()
-        )
-        explicit = select(directories.c.path, literal(None).label("id")).where(
-            directories.c.store_id == store_id,
-            directories.c.path >= as_dir,
-            directories.c.path < prefix_upper_bound(as_dir),
-        ).limit(1).subquery()
-        rows = conn.execute(
-            union_all(
-                taken_by_file,
-                select(under.c.path, under.c.id),
-                select(explicit.c.path, explicit.c.id),
-            )
-        ).all()
         for row in rows:
             if row.id is not None and row.id == ignore:
                 continue
@@ -555,7 +486,7 @@ class MemoryService:
 
     def _write_version(
         self,
-        conn: Connection,
+        tx: Tx,
         *,
         store_id: str,
         memory_id: str,
@@ -568,21 +499,14 @@ class MemoryService:
         actor: str | None,
     ) -> VersionId:
         version_id = VersionId(new_id(VERSION_PREFIX))
-        conn.execute(
-            insert(memory_versions).values(
-                id=version_id,
-                store_id=store_id,
-                memory_id=memory_id,
-                operation=operation,
-                path=path,
-                content=content,
-                content_sha256=sha,
-                size_bytes=size,
-                created_at=now,
-                actor=actor or self.actor,
-                redacted_at=None,
-            )
-        )
+        tx.run(
+            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, "
+            "content_sha256, size_bytes, created_at, actor, redacted_at) VALUES (:id, :store, "
+            ":memory, :op, :path, :content, :sha, :size, :now, :actor, NULL)",
+            {"id": version_id, "store": store_id, "memory": memory_id, "op": operation,
+             "path": path, "content": content, "sha": sha, "size": size, "now": now,
+             "actor": actor or self.actor},
+        )  # fmt: skip
         return version_id
 
     def create_memory(
@@ -594,9 +518,9 @@ class MemoryService:
         sha = sha256_hex(content)
         size = len(content.encode())
 
-        def run(conn: Connection) -> Memory:
-            store = self._lock_store(conn, store_id)
-            self._check_path_free(conn, store_id, path)
+        def run(tx: Tx) -> Memory:
+            store = self._lock_store(tx, store_id)
+            self._check_path_free(tx, store_id, path)
             if store.memory_count >= limits.MAX_MEMORIES_PER_STORE:
                 raise StoreFull(
                     f"memory store {store.name!r} ({store_id}) already holds "
@@ -605,23 +529,17 @@ class MemoryService:
             now = utc_now()
             memory_id = MemoryId(new_id(MEMORY_PREFIX))
             version_id = self._write_version(
-                conn, store_id=store_id, memory_id=memory_id, operation="created", path=path,
+                tx, store_id=store_id, memory_id=memory_id, operation="created", path=path,
                 content=content, sha=sha, size=size, now=now, actor=actor,
             )  # fmt: skip
-            conn.execute(
-                insert(memories).values(
-                    id=memory_id,
-                    store_id=store_id,
-                    path=path,
-                    content=content,
-                    content_sha256=sha,
-                    size_bytes=size,
-                    created_at=now,
-                    updated_at=now,
-                    head_version_id=version_id,
-                )
-            )
-            self._touch_store(conn, store_id, +1)
+            tx.run(
+                "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
+                "created_at, updated_at, head_version_id) VALUES (:id, :store, :path, :content, "
+                ":sha, :size, :now, :now, :version)",
+                {"id": memory_id, "store": store_id, "path": path, "content": content,
+                 "sha": sha, "size": size, "now": now, "version": version_id},
+            )  # fmt: skip
+            self._touch_store(tx, store_id, +1)
             return Memory(
                 id=memory_id,
                 memory_store_id=StoreId(store_id),
@@ -639,8 +557,8 @@ class MemoryService:
     def get_memory(self, store_id: str, memory_id: str) -> Memory:
         """A memory with its content."""
 
-        def run(conn: Connection) -> Memory:
-            row = self._memory_row(conn, store_id, memory_id, content=True)
+        def run(tx: Tx) -> Memory:
+            row = self._memory_row(tx, store_id, memory_id, content=True)
             return _memory(row, row.content)
 
         return self._read(run)
@@ -649,14 +567,14 @@ class MemoryService:
         """The memory at ``path``, with its content."""
         path = validate_path(path)
 
-        def run(conn: Connection) -> Memory:
-            row = conn.execute(
-                select(*_MEMORY_META, memories.c.content).where(
-                    memories.c.store_id == store_id, memories.c.path == path
-                )
-            ).one_or_none()
+        def run(tx: Tx) -> Memory:
+            row = tx.one(
+                f"SELECT {_MEMORY_COLS}, content FROM memories "
+                "WHERE store_id = :store AND path = :path",
+                {"store": store_id, "path": path},
+            )
             if row is None:
-                self._store_row(conn, store_id)
+                self._store_row(tx, store_id)
                 raise NotFound(f"no memory at {path!r} in store {store_id!r}")
             return _memory(row, row.content)
 
@@ -685,9 +603,9 @@ class MemoryService:
             content = validate_content(content)
         wanted = _precondition_hash(precondition)
 
-        def run(conn: Connection) -> Memory:
-            self._lock_store(conn, store_id)
-            row = self._memory_row(conn, store_id, memory_id, content=True)
+        def run(tx: Tx) -> Memory:
+            self._lock_store(tx, store_id)
+            row = self._memory_row(tx, store_id, memory_id, content=True)
             if wanted is not None and row.content_sha256 != wanted:
                 raise PreconditionFailed(
                     f"memory {memory_id} at {row.path!r} has content_sha256 "
@@ -698,28 +616,23 @@ class MemoryService:
             if new_path == row.path and new_content == row.content:
                 return _memory(row, row.content)
             if new_path != row.path:
-                self._check_path_free(conn, store_id, new_path, ignore=memory_id)
+                self._check_path_free(tx, store_id, new_path, ignore=memory_id)
             operation: Operation = "renamed" if new_path != row.path else "modified"
             now = utc_now()
             sha = sha256_hex(new_content) if content is not None else row.content_sha256
             size = len(new_content.encode())
             version_id = self._write_version(
-                conn, store_id=store_id, memory_id=memory_id, operation=operation, path=new_path,
+                tx, store_id=store_id, memory_id=memory_id, operation=operation, path=new_path,
                 content=new_content, sha=sha, size=size, now=now, actor=actor,
             )  # fmt: skip
-            conn.execute(
-                update(memories)
-                .where(memories.c.id == memory_id)
-                .values(
-                    path=new_path,
-                    content=new_content,
-                    content_sha256=sha,
-                    size_bytes=size,
-                    updated_at=now,
-                    head_version_id=version_id,
-                )
-            )
-            self._touch_store(conn, store_id)
+            tx.run(
+                "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
+                "size_bytes = :size, updated_at = :now, head_version_id = :version "
+                "WHERE id = :id",
+                {"path": new_path, "content": new_content, "sha": sha, "size": size,
+                 "now": now, "version": version_id, "id": memory_id},
+            )  # fmt: skip
+            self._touch_store(tx, store_id)
             return Memory(
                 id=MemoryId(memory_id),
                 memory_store_id=StoreId(store_id),
@@ -748,23 +661,23 @@ class MemoryService:
         memory in it (a filesystem's ``rm a/b`` leaves ``a/`` in place).
         """
 
-        def run(conn: Connection) -> MemoryVersion:
-            self._lock_store(conn, store_id)
-            row = self._memory_row(conn, store_id, memory_id)
+        def run(tx: Tx) -> MemoryVersion:
+            self._lock_store(tx, store_id)
+            row = self._memory_row(tx, store_id, memory_id)
             now = utc_now()
             version_id = self._write_version(
-                conn, store_id=store_id, memory_id=memory_id, operation="deleted", path=row.path,
+                tx, store_id=store_id, memory_id=memory_id, operation="deleted", path=row.path,
                 content=None, sha=None, size=0, now=now, actor=actor,
             )  # fmt: skip
-            conn.execute(delete(memories).where(memories.c.id == memory_id))
+            tx.run("DELETE FROM memories WHERE id = :id", {"id": memory_id})
             parent = parent_prefix(row.path)
             if keep_directory and parent != ROOT:
-                conn.execute(
-                    self._insert_ignore(directories).values(
-                        store_id=store_id, path=parent, created_at=now
-                    )
+                tx.run(
+                    "INSERT INTO directories (store_id, path, created_at) "
+                    "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
+                    {"store": store_id, "path": parent, "now": now},
                 )
-            self._touch_store(conn, store_id, -1)
+            self._touch_store(tx, store_id, -1)
             return MemoryVersion(
                 id=version_id,
                 memory_store_id=StoreId(store_id),
@@ -800,24 +713,21 @@ class MemoryService:
         if depth not in (0, 1) or isinstance(depth, bool):
             raise InvalidRequest(f"depth must be 0 (whole subtree) or 1 (children), got {depth!r}")
         limit = _validate_limit(limit)
-        after = _decode_cursor(f"memories:{prefix}:{depth}", cursor)
+        kind = f"memories:{prefix}:{depth}"
+        after = _decode_cursor(kind, cursor)
 
-        def run(conn: Connection) -> Page[Memory | MemoryPrefix]:
-            self._store_row(conn, store_id)
+        def run(tx: Tx) -> Page[Memory | MemoryPrefix]:
+            self._store_row(tx, store_id)
+            entries: list[Memory | MemoryPrefix]
             if depth == 0:
-                entries: list[Memory | MemoryPrefix] = [
-                    _memory(row)
-                    for row in conn.execute(
-                        self._range(store_id, prefix, after).limit(limit + 1)
-                    ).all()
-                ]
+                entries = [_memory(r) for r in self._range(tx, store_id, prefix, after, limit + 1)]
             else:
-                entries = self._children(conn, store_id, prefix, after, limit + 1)
+                entries = self._children(tx, store_id, prefix, after, limit + 1)
             data = entries[:limit]
             more = len(entries) > limit
             return Page(
                 data,
-                _encode_cursor(f"memories:{prefix}:{depth}", data[-1].path) if more else None,
+                _encode_cursor(kind, data[-1].path) if more else None,
                 lambda c: self.list_memories(
                     store_id, path_prefix=prefix, depth=depth, limit=limit, cursor=c
                 ),
@@ -825,21 +735,23 @@ class MemoryService:
 
         return self._read(run)
 
-    def _range(self, store_id: str, prefix: str, after: str | None) -> Any:
+    @staticmethod
+    def _range(tx: Tx, store_id: str, prefix: str, after: str | None, limit: int) -> list[Any]:
         """Memories under ``prefix`` in path order, past the listing key ``after``."""
-        query = select(*_MEMORY_META).where(
-            memories.c.store_id == store_id, memories.c.path < prefix_upper_bound(prefix)
-        )
         if after is None:
-            query = query.where(memories.c.path >= prefix)
+            low, op = prefix, ">="
         elif after.endswith("/"):  # a directory was listed last: skip everything under it
-            query = query.where(memories.c.path >= prefix_upper_bound(after))
+            low, op = prefix_upper_bound(after), ">="
         else:
-            query = query.where(memories.c.path > after)
-        return query.order_by(memories.c.path)
+            low, op = after, ">"
+        return tx.all(
+            f"SELECT {_MEMORY_COLS} FROM memories WHERE store_id = :store AND path {op} :low "
+            "AND path < :high ORDER BY path LIMIT :limit",
+            {"store": store_id, "low": low, "high": prefix_upper_bound(prefix), "limit": limit},
+        )
 
     def _children(
-        self, conn: Connection, store_id: str, prefix: str, after: str | None, want: int
+        self, tx: Tx, store_id: str, prefix: str, after: str | None, want: int
     ) -> list[Memory | MemoryPrefix]:
         """Up to ``want`` immediate children of ``prefix`` past ``after``, in path order.
 
@@ -849,11 +761,10 @@ class MemoryService:
         """
         found: dict[str, Memory | MemoryPrefix] = {}
         cursor = after
-        batch = min(want, 200)
+        batch = 4  # small after a seek (the next row may open another directory), grows on files
         while len(found) < want:
-            rows = conn.execute(self._range(store_id, prefix, cursor).limit(batch)).all()
-            if not rows:
-                break
+            asked = min(batch, want - len(found))
+            rows = self._range(tx, store_id, prefix, cursor, asked)
             for row in rows:
                 rest = row.path[len(prefix) :]
                 slash = rest.find("/")
@@ -864,19 +775,21 @@ class MemoryService:
                 child = prefix + rest[: slash + 1]
                 found[child] = MemoryPrefix(child)
                 cursor = child
+                batch = 4
                 break  # seek past the child's subtree
             else:
-                if len(rows) < batch:
+                if len(rows) < asked:
                     break
-        dirs = select(directories.c.path).where(
-            directories.c.store_id == store_id,
-            directories.c.path > (after or prefix),
-            directories.c.path < prefix_upper_bound(prefix),
-        )
+                batch = min(batch * 4, 256)
+        low = prefix if after is None else after
         if after is not None and after.endswith("/"):
-            dirs = dirs.where(directories.c.path >= prefix_upper_bound(after))
-        for path in conn.execute(dirs.order_by(directories.c.path)).scalars():
-            rest = path[len(prefix) :]
+            low = prefix_upper_bound(after)
+        for row in tx.all(
+            "SELECT path FROM directories WHERE store_id = :store AND path > :low "
+            "AND path < :high ORDER BY path",
+            {"store": store_id, "low": low, "high": prefix_upper_bound(prefix)},
+        ):
+            rest = row.path[len(prefix) :]
             child = prefix + rest[: rest.find("/") + 1]
             if after is None or child > after:
                 found.setdefault(child, MemoryPrefix(child))
@@ -888,14 +801,15 @@ class MemoryService:
         """Make an explicit directory (``mkdir``): it persists while empty, until removed."""
         path = validate_path(path.rstrip("/") or "/")
 
-        def run(conn: Connection) -> MemoryPrefix:
-            self._lock_store(conn, store_id)
-            self._check_path_free(conn, store_id, path)
+        def run(tx: Tx) -> MemoryPrefix:
+            self._lock_store(tx, store_id)
+            self._check_path_free(tx, store_id, path)
             prefix = path + "/"
-            conn.execute(
-                insert(directories).values(store_id=store_id, path=prefix, created_at=utc_now())
+            tx.run(
+                "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
+                {"store": store_id, "path": prefix, "now": utc_now()},
             )
-            self._touch_store(conn, store_id)
+            self._touch_store(tx, store_id)
             return MemoryPrefix(prefix)
 
         return self._write(run)
@@ -904,38 +818,24 @@ class MemoryService:
         """Remove an empty directory (``rmdir``); a directory with anything in it is a conflict."""
         path = validate_path(path.rstrip("/") or "/")
         prefix = path + "/"
+        params = {"store": store_id, "lo": prefix, "hi": prefix_upper_bound(prefix)}
 
-        def run(conn: Connection) -> None:
-            self._lock_store(conn, store_id)
-            inside = conn.execute(
-                select(memories.c.path)
-                .where(
-                    memories.c.store_id == store_id,
-                    memories.c.path >= prefix,
-                    memories.c.path < prefix_upper_bound(prefix),
-                )
-                .limit(1)
-            ).scalar()
-            if inside is None:
-                inside = conn.execute(
-                    select(directories.c.path)
-                    .where(
-                        directories.c.store_id == store_id,
-                        directories.c.path > prefix,
-                        directories.c.path < prefix_upper_bound(prefix),
-                    )
-                    .limit(1)
-                ).scalar()
+        def run(tx: Tx) -> None:
+            self._lock_store(tx, store_id)
+            inside = tx.scalar(
+                "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                params,
+            ) or tx.scalar(
+                "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                params,
+            )
             if inside is not None:
                 raise Conflict(f"directory {prefix!r} is not empty (it holds {inside!r})")
-            removed = conn.execute(
-                delete(directories).where(
-                    directories.c.store_id == store_id, directories.c.path == prefix
-                )
-            ).rowcount
-            if not removed:
+            if not tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", params):
                 raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
-            self._touch_store(conn, store_id)
+            self._touch_store(tx, store_id)
 
         self._write(run)
 
@@ -952,16 +852,18 @@ class MemoryService:
         """Versions newest first, without content; optionally of one memory (live or deleted)."""
         limit = _validate_limit(limit)
         before = _decode_cursor("versions", cursor)
+        where = "memory_id = :memory AND store_id = :store" if memory_id else "store_id = :store"
+        if before is not None:
+            where += " AND seq < :before"
+        sql = f"SELECT {_VERSION_COLS}, seq FROM memory_versions WHERE {where} "
+        sql += "ORDER BY seq DESC LIMIT :limit"
 
-        def run(conn: Connection) -> Page[MemoryVersion]:
-            self._store_row(conn, store_id)
-            query = select(*_VERSION_META, memory_versions.c.seq)
-            if memory_id is not None:
-                query = query.where(memory_versions.c.memory_id == memory_id)
-            query = query.where(memory_versions.c.store_id == store_id)
-            if before is not None:
-                query = query.where(memory_versions.c.seq < before)
-            rows = conn.execute(query.order_by(memory_versions.c.seq.desc()).limit(limit + 1)).all()
+        def run(tx: Tx) -> Page[MemoryVersion]:
+            self._store_row(tx, store_id)
+            rows = tx.all(
+                sql,
+                {"store": store_id, "memory": memory_id, "before": before, "limit": limit + 1},
+            )
             data = [_version(row) for row in rows[:limit]]
             more = len(rows) > limit
             return Page(
@@ -972,22 +874,22 @@ class MemoryService:
 
         return self._read(run)
 
-    def _version_row(self, conn: Connection, store_id: str, version_id: str) -> Any:
-        row = conn.execute(
-            select(*_VERSION_META, memory_versions.c.content).where(
-                memory_versions.c.id == version_id, memory_versions.c.store_id == store_id
-            )
-        ).one_or_none()
+    def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
+        row = tx.one(
+            f"SELECT {_VERSION_COLS}, content FROM memory_versions "
+            "WHERE id = :id AND store_id = :store",
+            {"id": version_id, "store": store_id},
+        )
         if row is None:
-            self._store_row(conn, store_id)
+            self._store_row(tx, store_id)
             raise NotFound(f"memory version {version_id!r} not found in store {store_id!r}")
         return row
 
     def get_version(self, store_id: str, version_id: str) -> MemoryVersion:
         """A version with its content (``None`` once redacted, and for ``deleted``)."""
 
-        def run(conn: Connection) -> MemoryVersion:
-            row = self._version_row(conn, store_id, version_id)
+        def run(tx: Tx) -> MemoryVersion:
+            row = self._version_row(tx, store_id, version_id)
             return _version(row, row.content)
 
         return self._read(run)
@@ -999,26 +901,25 @@ class MemoryService:
         first. Redacting a redacted version changes nothing.
         """
 
-        def run(conn: Connection) -> MemoryVersion:
-            self._lock_store(conn, store_id)
-            row = self._version_row(conn, store_id, version_id)
-            head_of = conn.execute(
-                select(memories.c.path).where(
-                    memories.c.id == row.memory_id, memories.c.head_version_id == version_id
-                )
-            ).scalar()
+        def run(tx: Tx) -> MemoryVersion:
+            self._lock_store(tx, store_id)
+            row = self._version_row(tx, store_id, version_id)
+            head_of = tx.scalar(
+                "SELECT path FROM memories WHERE id = :memory AND head_version_id = :version",
+                {"memory": row.memory_id, "version": version_id},
+            )
             if head_of is not None:
                 raise Conflict(
                     f"version {version_id} is the current head of live memory {row.memory_id} "
                     f"at {head_of!r}: write a new version or delete the memory first"
                 )
             if row.redacted_at is None:
-                conn.execute(
-                    update(memory_versions)
-                    .where(memory_versions.c.id == version_id)
-                    .values(content=None, content_sha256=None, redacted_at=utc_now())
+                tx.run(
+                    "UPDATE memory_versions SET content = NULL, content_sha256 = NULL, "
+                    "redacted_at = :now WHERE id = :id",
+                    {"now": utc_now(), "id": version_id},
                 )
-            return _version(self._version_row(conn, store_id, version_id))
+            return _version(self._version_row(tx, store_id, version_id))
 
         return self._write(run)
 
@@ -1039,27 +940,16 @@ class MemoryService:
             )
         cutoff = _timestamp(datetime.now(UTC) - timedelta(days=older_than_days))
 
-        def run(conn: Connection) -> int:
-            self._lock_store(conn, store_id)
-            v = memory_versions
-            ranked = (
-                select(
-                    v.c.seq,
-                    func.row_number()
-                    .over(partition_by=v.c.memory_id, order_by=v.c.seq.desc())
-                    .label("rank"),
-                )
-                .join(memories, memories.c.id == v.c.memory_id)
-                .where(v.c.store_id == store_id)
-                .subquery()
+        def run(tx: Tx) -> int:
+            self._lock_store(tx, store_id)
+            return tx.run(
+                "DELETE FROM memory_versions WHERE store_id = :store AND created_at < :cutoff "
+                "AND seq NOT IN (SELECT seq FROM (SELECT v.seq, ROW_NUMBER() OVER "
+                "(PARTITION BY v.memory_id ORDER BY v.seq DESC) AS rank "
+                "FROM memory_versions v JOIN memories m ON m.id = v.memory_id "
+                "WHERE v.store_id = :store) AS ranked WHERE rank <= :keep)",
+                {"store": store_id, "cutoff": cutoff, "keep": keep_last},
             )
-            kept = select(ranked.c.seq).where(ranked.c.rank <= keep_last)
-            removed = conn.execute(
-                delete(v).where(
-                    and_(v.c.store_id == store_id, v.c.created_at < cutoff, v.c.seq.not_in(kept))
-                )
-            ).rowcount
-            return int(removed or 0)
 
         return self._write(run)
 
@@ -1087,34 +977,32 @@ class MemoryService:
             raise InvalidRequest(f"mount_root {mount_root!r} must be an absolute path")
         mount_root = mount_root.rstrip("/") or "/"
 
-        def run(conn: Connection) -> Session:
+        def run(tx: Tx) -> Session:
             stores = []
             for spec in specs:
-                row = self._store_row(conn, spec["store_id"])
+                row = self._store_row(tx, spec["store_id"])
                 if row.archived_at is not None:
                     raise InvalidRequest(
                         f"memory store {row.name!r} ({row.id}) is archived and cannot be attached"
                     )
                 stores.append(row)
             session_id = SessionId(new_id(SESSION_PREFIX))
-            conn.execute(
-                insert(sessions).values(
-                    id=session_id, created_at=utc_now(), ended_at=None, mount_root=mount_root
-                )
+            tx.run(
+                "INSERT INTO sessions (id, created_at, ended_at, mount_root) "
+                "VALUES (:id, :now, NULL, :root)",
+                {"id": session_id, "now": utc_now(), "root": mount_root},
             )
             slugs = unique_slugs(row.name for row in stores)
             for position, (spec, slug) in enumerate(zip(specs, slugs, strict=True)):
-                conn.execute(
-                    insert(session_attachments).values(
-                        session_id=session_id,
-                        position=position,
-                        store_id=spec["store_id"],
-                        access=spec["access"],
-                        instructions=spec["instructions"],
-                        slug=slug,
-                    )
-                )
-            return self._session(conn, session_id)
+                tx.run(
+                    "INSERT INTO session_attachments (session_id, position, store_id, access, "
+                    "instructions, slug) VALUES (:session, :position, :store, :access, "
+                    ":instructions, :slug)",
+                    {"session": session_id, "position": position, "store": spec["store_id"],
+                     "access": spec["access"], "instructions": spec["instructions"],
+                     "slug": slug},
+                )  # fmt: skip
+            return self._session(tx, session_id)
 
         return self._write(run)
 
@@ -1147,23 +1035,20 @@ class MemoryService:
             )
         return {"store_id": store_id, "access": access, "instructions": instructions}
 
-    def _session(self, conn: Connection, session_id: str) -> Session:
-        row = conn.execute(select(sessions).where(sessions.c.id == session_id)).one_or_none()
+    @staticmethod
+    def _session(tx: Tx, session_id: str) -> Session:
+        row = tx.one(
+            "SELECT id, created_at, ended_at, mount_root FROM sessions WHERE id = :id",
+            {"id": session_id},
+        )
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
-        attached = conn.execute(
-            select(
-                session_attachments.c.store_id,
-                session_attachments.c.access,
-                session_attachments.c.instructions,
-                session_attachments.c.slug,
-                memory_stores.c.name,
-                memory_stores.c.description,
-            )
-            .join(memory_stores, memory_stores.c.id == session_attachments.c.store_id)
-            .where(session_attachments.c.session_id == session_id)
-            .order_by(session_attachments.c.position)
-        ).all()
+        attached = tx.all(
+            "SELECT a.store_id, a.access, a.instructions, a.slug, s.name, s.description "
+            "FROM session_attachments a JOIN memory_stores s ON s.id = a.store_id "
+            "WHERE a.session_id = :id ORDER BY a.position",
+            {"id": session_id},
+        )
         root = row.mount_root.rstrip("/")
         resources = tuple(
             Attachment(
@@ -1185,18 +1070,17 @@ class MemoryService:
         )
 
     def get_session(self, session_id: str) -> Session:
-        return self._read(lambda conn: self._session(conn, session_id))
+        return self._read(lambda tx: self._session(tx, session_id))
 
     def end_session(self, session_id: str) -> Session:
         """End a session; ending an ended session changes nothing."""
 
-        def run(conn: Connection) -> Session:
-            conn.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id, sessions.c.ended_at.is_(None))
-                .values(ended_at=utc_now())
+        def run(tx: Tx) -> Session:
+            tx.run(
+                "UPDATE sessions SET ended_at = :now WHERE id = :id AND ended_at IS NULL",
+                {"now": utc_now(), "id": session_id},
             )
-            return self._session(conn, session_id)
+            return self._session(tx, session_id)
 
         return self._write(run)
 
@@ -1232,4 +1116,3 @@ def prompt_note(session: Session) -> str:
 
 def _one_block(text: str) -> str:
     return "\n  ".join(text.strip().splitlines())
-

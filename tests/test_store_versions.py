@@ -1,0 +1,117 @@
+"""Versions: listing, retrieval, redaction and pruning — on both backends."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import update
+
+from mnemofs import errors
+from mnemofs.store import MemoryService
+from mnemofs.store.schema import memory_versions
+
+
+def age(service: MemoryService, version_ids: list[str], days: float) -> None:
+    """Backdate versions, as if written ``days`` ago (the only way to test retention)."""
+    when = datetime.now(UTC) - timedelta(days=days)
+    stamp = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    with service.engine.begin() as conn:
+        conn.execute(
+            update(memory_versions)
+            .where(memory_versions.c.id.in_(version_ids))
+            .values(created_at=stamp)
+        )
+
+
+def test_list_newest_first_filter_and_pages(service: MemoryService, store_id: str) -> None:
+    a = service.create_memory(store_id, "/a.md", "a0")
+    b = service.create_memory(store_id, "/b.md", "b0")
+    for i in range(1, 4):
+        service.update_memory(store_id, a.id, content=f"a{i}")
+    service.update_memory(store_id, b.id, content="b1")
+    every = service.list_versions(store_id).data
+    assert [v.path for v in every] == ["/b.md", "/a.md", "/a.md", "/a.md", "/b.md", "/a.md"]
+    assert all(v.content is None for v in every)  # listings never carry content
+    only_a = service.list_versions(store_id, memory_id=a.id).data
+    assert [service.get_version(store_id, v.id).content for v in only_a] == ["a3", "a2", "a1", "a0"]
+    first = service.list_versions(store_id, limit=4)
+    assert first.has_more
+    second = service.list_versions(store_id, limit=4, cursor=first.next_cursor)
+    assert not second.has_more
+    assert [v.id for v in first.data + second.data] == [v.id for v in every]
+    assert [v.id for v in service.list_versions(store_id, limit=1)] == [v.id for v in every]
+    assert service.list_versions(store_id, memory_id="mem_unknown").data == []
+    with pytest.raises(errors.NotFound):
+        service.list_versions("memstore_unknown")
+
+
+def test_retrieve_version(service: MemoryService, store_id: str) -> None:
+    mem = service.create_memory(store_id, "/a.md", "hello")
+    v = service.get_version(store_id, mem.version_id)
+    assert (v.content, v.content_sha256, v.operation) == ("hello", mem.content_sha256, "created")
+    with pytest.raises(errors.NotFound, match="memver_nope"):
+        service.get_version(store_id, "memver_nope")
+    other = service.create_store("Other").id
+    with pytest.raises(errors.NotFound):
+        service.get_version(other, mem.version_id)
+
+
+def test_redact(service: MemoryService, store_id: str) -> None:
+    mem = service.create_memory(store_id, "/a.md", "api_key=SECRET")
+    head = service.update_memory(store_id, mem.id, content="api_key=<removed>")
+    with pytest.raises(errors.Conflict, match="current head"):
+        service.redact_version(store_id, head.version_id)
+    assert service.get_version(store_id, head.version_id).content == "api_key=<removed>"
+    redacted = service.redact_version(store_id, mem.version_id)
+    assert redacted.content is None
+    assert redacted.content_sha256 is None
+    assert redacted.redacted_at is not None
+    # Who, what and when stay.
+    assert (redacted.operation, redacted.path, redacted.actor, redacted.created_at) == (
+        "created", "/a.md", "api", mem.created_at,
+    )  # fmt: skip
+    assert redacted.size_bytes == mem.size_bytes
+    assert service.get_version(store_id, mem.version_id) == redacted
+    assert service.redact_version(store_id, mem.version_id) == redacted  # idempotent
+    assert service.get_memory(store_id, mem.id).content == "api_key=<removed>"
+    # Once the memory is deleted its last content version is no longer a live head.
+    service.delete_memory(store_id, mem.id)
+    assert service.redact_version(store_id, head.version_id).content is None
+    with pytest.raises(errors.NotFound):
+        service.redact_version(store_id, "memver_nope")
+
+
+def test_prune_keeps_recent_and_newest_of_live(service: MemoryService, store_id: str) -> None:
+    live = service.create_memory(store_id, "/live.md", "v0")
+    for i in range(1, 15):
+        service.update_memory(store_id, live.id, content=f"v{i}")
+    gone = service.create_memory(store_id, "/gone.md", "x")
+    service.delete_memory(store_id, gone.id)
+    fresh = service.create_memory(store_id, "/fresh.md", "new")
+    live_versions = [v.id for v in service.list_versions(store_id, memory_id=live.id)]
+    gone_versions = [v.id for v in service.list_versions(store_id, memory_id=gone.id)]
+    age(service, live_versions + gone_versions, days=31)
+    assert service.prune_versions(store_id) == 5 + 2
+    kept = [v.id for v in service.list_versions(store_id, memory_id=live.id)]
+    assert kept == live_versions[:10]
+    assert service.list_versions(store_id, memory_id=gone.id).data == []
+    assert [v.id for v in service.list_versions(store_id, memory_id=fresh.id)] == [fresh.version_id]
+    assert service.get_memory(store_id, live.id).content == "v14"
+    assert service.prune_versions(store_id) == 0
+
+
+def test_prune_is_configurable(service: MemoryService, store_id: str) -> None:
+    mem = service.create_memory(store_id, "/a.md", "0")
+    for i in range(1, 5):
+        service.update_memory(store_id, mem.id, content=str(i))
+    ids = [v.id for v in service.list_versions(store_id)]
+    age(service, ids, days=3)
+    assert service.prune_versions(store_id, older_than_days=7, keep_last=1) == 0
+    assert service.prune_versions(store_id, older_than_days=2, keep_last=2) == 3
+    assert [v.id for v in service.list_versions(store_id)] == ids[:2]
+    assert service.prune_versions(store_id, older_than_days=0, keep_last=1) == 1
+    assert service.get_memory(store_id, mem.id).content == "4"
+    for bad in ({"keep_last": 0}, {"older_than_days": -1}):
+        with pytest.raises(errors.InvalidRequest):
+            service.prune_versions(store_id, **bad)  # type: ignore[arg-type]
