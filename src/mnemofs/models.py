@@ -136,6 +136,34 @@ class Session(_Resource):
         }
 
 
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    """What a mount watches to notice a store changed under it."""
+
+    id: StoreId
+    revision: int
+    archived_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSnapshot:
+    """A store's whole tree at one moment, without content: what a mount starts from."""
+
+    store: MemoryStore
+    revision: int
+    memories: tuple[Memory, ...]
+    directories: tuple[str, ...]  # explicit (mkdir) directories, as prefixes
+    last_seq: int  # the newest version's position in the change feed
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of a store's change feed: a version and its position (``seq``)."""
+
+    seq: int
+    version: MemoryVersion
+
+
 T = TypeVar("T")
 
 

@@ -7,6 +7,7 @@ and an exit code per error type (see ``EXIT_CODES``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -504,6 +505,71 @@ def sessions_prompt(ctx: Context, session: str) -> None:
 def sessions_end(ctx: Context, session: str) -> None:
     """End a session."""
     show_session(ctx, ctx.service.end_session(session))
+
+
+# -- mount ------------------------------------------------------------------------------------
+
+
+@cli.command("mount")
+@click.option("--session", "session_id", metavar="SESSION", help="Mount this session's stores.")
+@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
+              help="Create a session attaching STORE (read_write); repeatable.")  # fmt: skip
+@click.option("--root", metavar="DIR",
+              help=f"Mount point (default: the session's, else {DEFAULT_MOUNT_ROOT}).")  # fmt: skip
+@click.option("--foreground", is_flag=True, help="Serve in this process until SIGINT/SIGTERM.")
+@click.option("--allow-other", is_flag=True, help="Let other users (a sandbox's) use the mount.")
+@click.option("--uid", type=int, help="Owner shown for every file (default: this user).")
+@click.option("--gid", type=int, help="Group shown for every file (default: this group).")
+@click.option("--debug", is_flag=True, help="Log every FUSE request.")
+@click.option("--ready-fd", type=int, hidden=True)
+@pass_ctx
+def mount(
+    ctx: Context,
+    session_id: str | None,
+    attach: tuple[str, ...],
+    root: str | None,
+    foreground: bool,
+    allow_other: bool,
+    uid: int | None,
+    gid: int | None,
+    debug: bool,
+    ready_fd: int | None,
+) -> None:
+    """Mount a session's stores as directories under ROOT (one per store).
+
+    Returns once the mount is ready (or, with --foreground, prints one line then and serves).
+    """
+    from mnemofs.cli import daemon
+
+    if bool(session_id) == bool(attach):
+        raise click.UsageError("give --session SESSION or --attach STORE[:MODE] ...")
+    if session_id:
+        session = ctx.service.get_session(session_id)
+        root = root or session.mount_root
+    else:
+        root = root or DEFAULT_MOUNT_ROOT
+        session = ctx.service.create_session(
+            [parse_attach(ctx, a) for a in attach], mount_root=os.path.abspath(root)
+        )
+        click.echo(session.id)
+    root = os.path.abspath(root)
+    options = daemon.MountOptions(root, allow_other, uid, gid, debug)
+    if foreground:
+        daemon.serve_foreground(ctx.service, session, options, ready_fd=ready_fd)
+    else:
+        daemon.start_background(ctx.db, session, options)
+
+
+@cli.command("umount")
+@click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True, metavar="DIR",
+              help="The mount point to unmount.")  # fmt: skip
+@pass_ctx
+def umount(ctx: Context, root: str) -> None:
+    """Unmount ROOT: the daemon saves open files, unmounts and exits."""
+    from mnemofs.cli import daemon
+
+    daemon.stop(os.path.abspath(root))
+    click.echo(f"unmounted {os.path.abspath(root)}")
 
 
 # -- db ---------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from mnemofs.models import (
     VERSION_PREFIX,
     Access,
     Attachment,
+    Change,
     Memory,
     MemoryId,
     MemoryPrefix,
@@ -55,12 +56,15 @@ from mnemofs.models import (
     Session,
     SessionId,
     StoreId,
+    StoreSnapshot,
+    StoreState,
     VersionId,
     new_id,
 )
 from mnemofs.paths import (
     ROOT,
     ancestor_prefixes,
+    as_prefix,
     parent_prefix,
     prefix_upper_bound,
     unique_slugs,
@@ -589,11 +593,13 @@ class MemoryService:
         path: str | None = None,
         precondition: Mapping[str, str] | str | None = None,
         actor: str | None = None,
+        keep_directory: bool = False,
     ) -> Memory:
         """Change content, path (a rename), or both, in one version.
 
         With a precondition the change applies only while the stored hash still matches.
         A change to exactly what is stored writes no version and returns the memory as it is.
+        ``keep_directory`` keeps a directory that a rename empties (as a filesystem does).
         """
         if content is None and path is None:
             raise InvalidRequest("nothing to update: give content, a path or both")
@@ -613,39 +619,71 @@ class MemoryService:
                 )
             new_path = row.path if path is None else path
             new_content = row.content if content is None else content
-            if new_path == row.path and new_content == row.content:
-                return _memory(row, row.content)
             if new_path != row.path:
                 self._check_path_free(tx, store_id, new_path, ignore=memory_id)
-            operation: Operation = "renamed" if new_path != row.path else "modified"
-            now = utc_now()
-            sha = sha256_hex(new_content) if content is not None else row.content_sha256
-            size = len(new_content.encode())
-            version_id = self._write_version(
-                tx, store_id=store_id, memory_id=memory_id, operation=operation, path=new_path,
-                content=new_content, sha=sha, size=size, now=now, actor=actor,
-            )  # fmt: skip
-            tx.run(
-                "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
-                "size_bytes = :size, updated_at = :now, head_version_id = :version "
-                "WHERE id = :id",
-                {"path": new_path, "content": new_content, "sha": sha, "size": size,
-                 "now": now, "version": version_id, "id": memory_id},
-            )  # fmt: skip
-            self._touch_store(tx, store_id)
-            return Memory(
-                id=MemoryId(memory_id),
-                memory_store_id=StoreId(store_id),
-                path=new_path,
-                content_sha256=sha,
-                size_bytes=size,
-                created_at=row.created_at,
-                updated_at=now,
-                version_id=version_id,
-                content=new_content,
+            return self._apply_update(
+                tx, store_id, row, new_path, new_content, actor, keep_directory=keep_directory
             )
 
         return self._write(run)
+
+    def _apply_update(
+        self,
+        tx: Tx,
+        store_id: str,
+        row: Any,
+        new_path: str,
+        new_content: str,
+        actor: str | None,
+        *,
+        keep_directory: bool = False,
+    ) -> Memory:
+        """Write a memory's new path and/or content and its one version (none if unchanged).
+
+        ``row`` is the memory with its content, the new path already checked free.
+        """
+        if new_path == row.path and new_content == row.content:
+            return _memory(row, row.content)
+        operation: Operation = "renamed" if new_path != row.path else "modified"
+        now = utc_now()
+        sha = row.content_sha256 if new_content == row.content else sha256_hex(new_content)
+        size = len(new_content.encode())
+        version_id = self._write_version(
+            tx, store_id=store_id, memory_id=row.id, operation=operation, path=new_path,
+            content=new_content, sha=sha, size=size, now=now, actor=actor,
+        )  # fmt: skip
+        tx.run(
+            "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
+            "size_bytes = :size, updated_at = :now, head_version_id = :version "
+            "WHERE id = :id",
+            {"path": new_path, "content": new_content, "sha": sha, "size": size,
+             "now": now, "version": version_id, "id": row.id},
+        )  # fmt: skip
+        if keep_directory and new_path != row.path:
+            self._keep_directory(tx, store_id, row.path, now)
+        self._touch_store(tx, store_id)
+        return Memory(
+            id=MemoryId(row.id),
+            memory_store_id=StoreId(store_id),
+            path=new_path,
+            content_sha256=sha,
+            size_bytes=size,
+            created_at=row.created_at,
+            updated_at=now,
+            version_id=version_id,
+            content=new_content,
+        )
+
+    @staticmethod
+    def _keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
+        """Make the directory holding ``path`` explicit, so emptying it does not remove it."""
+        parent = parent_prefix(path)
+        if parent != ROOT:
+            tx.run(
+                "INSERT INTO directories (store_id, path, created_at) "
+                "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
+                {"store": store_id, "path": parent, "now": now},
+            )
 
     def delete_memory(
         self,
@@ -670,13 +708,8 @@ class MemoryService:
                 content=None, sha=None, size=0, now=now, actor=actor,
             )  # fmt: skip
             tx.run("DELETE FROM memories WHERE id = :id", {"id": memory_id})
-            parent = parent_prefix(row.path)
-            if keep_directory and parent != ROOT:
-                tx.run(
-                    "INSERT INTO directories (store_id, path, created_at) "
-                    "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
-                    {"store": store_id, "path": parent, "now": now},
-                )
+            if keep_directory:
+                self._keep_directory(tx, store_id, row.path, now)
             self._touch_store(tx, store_id, -1)
             return MemoryVersion(
                 id=version_id,
@@ -952,6 +985,199 @@ class MemoryService:
             )
 
         return self._write(run)
+
+    # -- for mounts: whole-file saves, renames over a target, directory moves, the change feed --
+
+    def rename_over(
+        self,
+        store_id: str,
+        source_id: str,
+        target_id: str,
+        *,
+        actor: str | None = None,
+        fold: bool = False,
+    ) -> Memory:
+        """``rename(source, target)`` onto an existing file, as editors and ``os.replace`` save.
+
+        The target keeps its id and path and takes the source's content (one ``modified``
+        version, none if equal); the source is deleted (its directory stays). One transaction.
+
+        With ``fold`` (a mount renaming a file it just created over another: a temporary file
+        of one logical save) and a source whose every version is by ``actor``, the source's
+        history is dropped instead of closed with a ``deleted`` version, so the save leaves
+        exactly one version.
+        """
+        who = actor or self.actor
+
+        def run(tx: Tx) -> Memory:
+            self._lock_store(tx, store_id)
+            source = self._memory_row(tx, store_id, source_id, content=True)
+            target = self._memory_row(tx, store_id, target_id, content=True)
+            now = utc_now()
+            others = tx.scalar(
+                "SELECT COUNT(*) FROM memory_versions WHERE memory_id = :id AND actor != :actor",
+                {"id": source_id, "actor": who},
+            )
+            if fold and not others:
+                tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
+            else:
+                self._write_version(
+                    tx, store_id=store_id, memory_id=source_id, operation="deleted",
+                    path=source.path, content=None, sha=None, size=0, now=now, actor=actor,
+                )  # fmt: skip
+            tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
+            self._keep_directory(tx, store_id, source.path, now)
+            self._touch_store(tx, store_id, -1)
+            return self._apply_update(tx, store_id, target, target.path, source.content, actor)
+
+        return self._write(run)
+
+    def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
+        """Move a directory and everything under it (one ``renamed`` version per memory) in one
+        transaction. ``new`` may be an empty directory, which is replaced. Returns how many
+        memories moved."""
+        old_prefix = as_prefix(validate_path(old.rstrip("/") or "/"))
+        new_prefix = as_prefix(validate_path(new.rstrip("/") or "/"))
+        if new_prefix.startswith(old_prefix):
+            raise InvalidRequest(f"cannot move directory {old_prefix!r} into itself")
+        old_range = {"store": store_id, "lo": old_prefix, "hi": prefix_upper_bound(old_prefix)}
+        new_range = {"store": store_id, "lo": new_prefix, "hi": prefix_upper_bound(new_prefix)}
+
+        def run(tx: Tx) -> int:
+            self._lock_store(tx, store_id)
+            moving = tx.all(
+                f"SELECT {_MEMORY_COLS}, content FROM memories WHERE store_id = :store "
+                "AND path >= :lo AND path < :hi ORDER BY path",
+                old_range,
+            )
+            dirs = [
+                r.path
+                for r in tx.all(
+                    "SELECT path FROM directories WHERE store_id = :store AND path >= :lo "
+                    "AND path < :hi",
+                    old_range,
+                )
+            ]
+            if not moving and not dirs:
+                raise NotFound(f"no directory {old_prefix!r} in store {store_id!r}")
+            occupant = tx.scalar(
+                "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                new_range,
+            ) or tx.scalar(
+                "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                new_range,
+            )
+            if occupant is not None:
+                raise Conflict(f"directory {new_prefix!r} is not empty (it holds {occupant!r})")
+            target_file = new_prefix[:-1]
+            in_list, params = _placeholders(
+                "p", [target_file, *(p[:-1] for p in ancestor_prefixes(target_file))]
+            )
+            blocker = tx.scalar(
+                f"SELECT path FROM memories WHERE store_id = :store AND path IN ({in_list})",
+                params | {"store": store_id},
+            )
+            if blocker is not None:
+                raise Conflict(f"{blocker!r} is a memory, so {new_prefix!r} cannot be a directory")
+            now = utc_now()
+            tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", new_range)
+            for row in moving:
+                self._apply_update(
+                    tx, store_id, row, new_prefix + row.path[len(old_prefix) :], row.content, actor
+                )
+            tx.run(
+                "DELETE FROM directories WHERE store_id = :store AND path >= :lo AND path < :hi",
+                old_range,
+            )
+            for path in dirs:
+                tx.run(
+                    "INSERT INTO directories (store_id, path, created_at) "
+                    "VALUES (:store, :path, :now)",
+                    {"store": store_id, "path": new_prefix + path[len(old_prefix) :], "now": now},
+                )
+            self._keep_directory(tx, store_id, old_prefix[:-1], now)
+            self._touch_store(tx, store_id)
+            return len(moving)
+
+        return self._write(run)
+
+    def snapshot(self, store_id: str) -> StoreSnapshot:
+        """The store's whole tree (no content) and its position in the change feed."""
+
+        def run(tx: Tx) -> StoreSnapshot:
+            row = tx.one(
+                f"SELECT {_STORE_COLS}, revision FROM memory_stores WHERE id = :id",
+                {"id": store_id},
+            )
+            if row is None:
+                raise NotFound(f"memory store {store_id!r} not found")
+            mems = tx.all(
+                f"SELECT {_MEMORY_COLS} FROM memories WHERE store_id = :store ORDER BY path",
+                {"store": store_id},
+            )
+            dirs = tx.all(
+                "SELECT path FROM directories WHERE store_id = :store ORDER BY path",
+                {"store": store_id},
+            )
+            last = tx.scalar(
+                "SELECT MAX(seq) FROM memory_versions WHERE store_id = :store", {"store": store_id}
+            )
+            return StoreSnapshot(
+                store=_store(row),
+                revision=row.revision,
+                memories=tuple(_memory(m) for m in mems),
+                directories=tuple(d.path for d in dirs),
+                last_seq=int(last or 0),
+            )
+
+        return self._read(run)
+
+    def store_states(self, store_ids: list[str]) -> dict[StoreId, StoreState]:
+        """Revision and archive state of each store that still exists."""
+        if not store_ids:
+            return {}
+        in_list, params = _placeholders("s", list(store_ids))
+
+        def run(tx: Tx) -> dict[StoreId, StoreState]:
+            return {
+                StoreId(r.id): StoreState(StoreId(r.id), r.revision, r.archived_at)
+                for r in tx.all(
+                    f"SELECT id, revision, archived_at FROM memory_stores WHERE id IN ({in_list})",
+                    params,
+                )
+            }
+
+        return self._read(run)
+
+    def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
+        """Versions written to the store after position ``after_seq``, oldest first."""
+
+        def run(tx: Tx) -> list[Change]:
+            rows = tx.all(
+                f"SELECT {_VERSION_COLS}, seq FROM memory_versions WHERE store_id = :store "
+                "AND seq > :after ORDER BY seq LIMIT :limit",
+                {"store": store_id, "after": after_seq, "limit": limit},
+            )
+            return [Change(int(r.seq), _version(r)) for r in rows]
+
+        return self._read(run)
+
+    def explicit_directories(self, store_id: str) -> list[str]:
+        return self._read(
+            lambda tx: [
+                r.path
+                for r in tx.all(
+                    "SELECT path FROM directories WHERE store_id = :store ORDER BY path",
+                    {"store": store_id},
+                )
+            ]
+        )
+
+    def data_version(self) -> int | None:
+        """A number that changes when another connection commits (SQLite); None elsewhere."""
+        return self.db.data_version()
 
     # -- sessions -------------------------------------------------------------------------------
 

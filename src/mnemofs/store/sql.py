@@ -127,6 +127,19 @@ class Database:
             with suppress(Exception):  # a broken connection may fail to close
                 conn.invalidate()
 
+    def data_version(self) -> int | None:
+        """SQLite's counter of commits by other connections (changes iff someone else wrote);
+        None where the database has no such thing."""
+        if self.dialect != "sqlite":
+            return None
+        cursor = self._connection().dbapi_connection.cursor()
+        try:
+            return int(cursor.execute("PRAGMA data_version").fetchone()[0])
+        except self._driver_error as exc:
+            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+        finally:
+            cursor.close()
+
     def close(self) -> None:
         """Give every thread's connection back (call when done with the service)."""
         with self._lock:

@@ -1,0 +1,99 @@
+"""Running the mount daemon for the CLI: in the foreground, in the background, and stopping it.
+
+``mnemofs mount`` without ``--foreground`` starts the same command with ``--foreground`` as a
+detached process and returns only when that process says the mount is ready (through a pipe),
+or reports why it failed. Logs go to a file beside the daemon's pid record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import click
+
+from mnemofs.errors import NotFound
+from mnemofs.fs import mount
+from mnemofs.fs.mount import MountOptions
+
+__all__ = ["MountOptions", "serve_foreground", "start_background", "stop"]
+from mnemofs.models import Session
+from mnemofs.store import MemoryService
+
+STOP_TIMEOUT_S = 60.0
+
+
+def serve_foreground(
+    service: MemoryService, session: Session, options: MountOptions, *, ready_fd: int | None
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if options.debug else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+
+    def ready() -> None:
+        stores = len(session.resources)
+        click.echo(f"mnemofs: mounted {stores} store(s) at {options.root} (session {session.id})")
+        sys.stdout.flush()
+        if ready_fd is not None:
+            os.write(ready_fd, b"ready\n")
+            os.close(ready_fd)
+
+    try:
+        mount.serve(service, session, options, ready=ready)
+    except mount.MountError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def start_background(db: str | None, session: Session, options: MountOptions) -> None:
+    log_path = mount.state_dir() / (mount.record_path(options.root).stem + ".log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    read_fd, write_fd = os.pipe()
+    argv = [sys.executable, "-m", "mnemofs"]
+    if db:
+        argv += ["--db", db]
+    argv += ["mount", "--session", session.id, "--root", options.root, "--foreground",
+             "--ready-fd", str(write_fd)]  # fmt: skip
+    for flag, on in (("--allow-other", options.allow_other), ("--debug", options.debug)):
+        if on:
+            argv.append(flag)
+    if options.uid is not None:
+        argv += ["--uid", str(options.uid)]
+    if options.gid is not None:
+        argv += ["--gid", str(options.gid)]
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
+            start_new_session=True,
+        )  # fmt: skip
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        answer = pipe.read()
+    if answer.startswith(b"ready"):
+        click.echo(f"mounted {options.root} (pid {child.pid}, log {log_path})")
+        return
+    code = child.wait()
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    raise click.ClickException(f"mount failed (exit {code}): {tail[0]}")
+
+
+def stop(root: str) -> None:
+    """SIGTERM the daemon serving ``root`` and wait for it; else lazily unmount what is left."""
+    record = mount.read_record(root)
+    pid = record.get("pid") if record else None
+    if isinstance(pid, int) and mount.pid_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while mount.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if mount.pid_alive(pid):
+            raise click.ClickException(f"daemon {pid} did not stop within {STOP_TIMEOUT_S:.0f} s")
+        return
+    if mount.is_mountpoint(root):
+        mount.lazy_unmount(root)
+        return
+    raise NotFound(f"nothing is mounted at {root}")

@@ -1,0 +1,264 @@
+"""The pyfuse3 adapter: FUSE requests in, ``MemoryFs`` calls, attributes and errnos out.
+
+It translates only: names from bytes, nodes to ``EntryAttributes``, domain errors to
+``FUSEError`` (``errno_for``). Unexpected faults are logged once and become ``EIO``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pyfuse3
+
+from mnemofs import errors
+from mnemofs.fs.core import FsError, MemoryFs, Node
+
+log = logging.getLogger("mnemofs.fs")
+
+TIMEOUT_S = 1.0  # entry and attribute cache; changes made elsewhere are invalidated anyway
+XATTRS = (b"user.mnemofs.memory_id", b"user.mnemofs.version_id", b"user.mnemofs.sha256")
+
+# Most specific first: the errno a filesystem caller sees for each domain error.
+_ERRNOS: tuple[tuple[type[Exception], int], ...] = (
+    (errors.ContentTooLarge, errno.EFBIG),
+    (errors.StoreFull, errno.ENOSPC),
+    (errors.LimitExceeded, errno.ENOSPC),
+    (errors.InvalidContent, errno.EILSEQ),
+    (errors.NameTooLong, errno.ENAMETOOLONG),
+    (errors.InvalidRequest, errno.EINVAL),
+    (errors.NotFound, errno.ENOENT),
+    (errors.Conflict, errno.EEXIST),
+    (errors.PreconditionFailed, errno.EBUSY),
+    (errors.StoreArchived, errno.EROFS),
+    (errors.Unavailable, errno.EIO),
+)
+
+
+def errno_for(exc: Exception) -> int:
+    if isinstance(exc, FsError):
+        return exc.errno
+    for kind, code in _ERRNOS:
+        if isinstance(exc, kind):
+            return code
+    return errno.EIO
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    try:
+        yield
+    except pyfuse3.FUSEError:
+        raise
+    except (FsError, errors.MnemofsError) as exc:
+        code = errno_for(exc)
+        log.debug("%s: %s (%s)", what, exc, errno.errorcode.get(code, code))
+        raise pyfuse3.FUSEError(code) from None
+    except Exception:
+        log.exception("%s failed unexpectedly", what)
+        raise pyfuse3.FUSEError(errno.EIO) from None
+
+
+def _name(raw: bytes) -> str:
+    return os.fsdecode(raw)
+
+
+class Adapter(pyfuse3.Operations):
+    """pyfuse3 operations over one ``MemoryFs``."""
+
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, fs: MemoryFs, *, uid: int, gid: int) -> None:
+        super().__init__()
+        self.fs = fs
+        self.uid = uid
+        self.gid = gid
+
+    # -- attributes -----------------------------------------------------------------------------
+
+    def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
+        entry = pyfuse3.EntryAttributes()
+        writable = node.mount is not None and node.mount.writable
+        if node.is_dir:
+            entry.st_mode = stat.S_IFDIR | (0o755 if writable else 0o555)
+            entry.st_nlink = 2
+            entry.st_size = 4096
+        else:
+            entry.st_mode = stat.S_IFREG | (0o644 if writable else 0o444)
+            entry.st_nlink = 1
+            entry.st_size = node.current_size
+        entry.st_ino = node.ino
+        entry.st_uid = self.uid
+        entry.st_gid = self.gid
+        entry.st_blksize = 4096
+        entry.st_blocks = (entry.st_size + 511) // 512
+        entry.st_atime_ns = node.mtime_ns
+        entry.st_mtime_ns = node.mtime_ns
+        entry.st_ctime_ns = node.ctime_ns
+        entry.entry_timeout = TIMEOUT_S
+        entry.attr_timeout = TIMEOUT_S
+        return entry
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> Any:
+        with translated("lookup"):
+            return self.attrs(self.fs.lookup(parent_inode, _name(name)))
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, count in inode_list:
+            self.fs.forget(ino, count)
+
+    async def getattr(self, inode: int, ctx: Any = None) -> Any:
+        with translated("getattr"):
+            return self.attrs(self.fs.node(inode))
+
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
+        with translated("setattr"):
+            node = self.fs.setattr(
+                inode,
+                size=attr.st_size if fields.update_size else None,
+                mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+                mode=attr.st_mode if fields.update_mode else None,
+                uid=attr.st_uid if fields.update_uid else None,
+                gid=attr.st_gid if fields.update_gid else None,
+                owner=(self.uid, self.gid),
+            )
+            return self.attrs(node)
+
+    async def access(self, inode: int, mode: int, ctx: Any) -> bool:
+        with translated("access"):
+            node = self.fs.node(inode)
+            if mode & os.W_OK and not (node.mount is not None and node.mount.writable):
+                raise FsError(errno.EROFS, "read-only")
+            return True
+
+    # -- directories ----------------------------------------------------------------------------
+
+    async def opendir(self, inode: int, ctx: Any) -> int:
+        with translated("opendir"):
+            node = self.fs.node(inode)
+            if not node.is_dir:
+                raise FsError(errno.ENOTDIR, "not a directory")
+            return inode
+
+    async def readdir(self, fh: int, start_id: int, token: Any) -> None:
+        with translated("readdir"):
+            for name, node in self.fs.readdir(fh, start_id):
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attrs(node), node.ino):
+                    break
+                node.lookups += 1  # readdirplus counts as a lookup
+
+    async def releasedir(self, fh: int) -> None:
+        return None
+
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> Any:
+        with translated("mkdir"):
+            return self.attrs(self.fs.mkdir(parent_inode, _name(name)))
+
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        with translated("rmdir"):
+            self.fs.rmdir(parent_inode, _name(name))
+
+    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        with translated("unlink"):
+            self.fs.unlink(parent_inode, _name(name))
+
+    async def rename(
+        self, parent_old: int, name_old: bytes, parent_new: int, name_new: bytes, flags: int,
+        ctx: Any,
+    ) -> None:  # fmt: skip
+        with translated("rename"):
+            if flags & pyfuse3.RENAME_EXCHANGE:
+                raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
+            self.fs.rename(parent_old, _name(name_old), parent_new, _name(name_new),
+                           noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))  # fmt: skip
+
+    # -- files ----------------------------------------------------------------------------------
+
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
+        with translated("create"):
+            node, fh = self.fs.create(parent_inode, _name(name))
+            return pyfuse3.FileInfo(fh=fh, keep_cache=False), self.attrs(node)
+
+    async def open(self, inode: int, flags: int, ctx: Any) -> Any:
+        with translated("open"):
+            write = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+            fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC))
+            return pyfuse3.FileInfo(fh=fh, keep_cache=False)
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        with translated("read"):
+            return self.fs.read(fh, off, size)
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        with translated("write"):
+            return self.fs.write(fh, off, buf)
+
+    async def flush(self, fh: int) -> None:
+        with translated("flush"):
+            self.fs.flush(fh)
+
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        with translated("fsync"):
+            self.fs.fsync(fh)
+
+    async def release(self, fh: int) -> None:
+        with translated("release"):
+            self.fs.release(fh)
+
+    # -- refused and informational --------------------------------------------------------------
+
+    async def link(self, inode: int, new_parent: int, new_name: bytes, ctx: Any) -> Any:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def symlink(self, parent: int, name: bytes, target: bytes, ctx: Any) -> Any:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def mknod(self, parent: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def readlink(self, inode: int, ctx: Any) -> bytes:
+        raise pyfuse3.FUSEError(errno.EINVAL)
+
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Any) -> None:
+        raise pyfuse3.FUSEError(errno.ENOTSUP)
+
+    async def removexattr(self, inode: int, name: bytes, ctx: Any) -> None:
+        raise pyfuse3.FUSEError(errno.ENOTSUP)
+
+    async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
+        with translated("getxattr"):
+            node = self.fs.node(inode)
+            value = {
+                XATTRS[0]: node.memory_id,
+                XATTRS[1]: node.version_id,
+                XATTRS[2]: node.sha256,
+            }.get(name)
+            if value is None:
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)  # ENODATA: "no such attribute"
+            return value.encode()
+
+    async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
+        with translated("listxattr"):
+            node = self.fs.node(inode)
+            return list(XATTRS) if node.memory_id else []
+
+    async def statfs(self, ctx: Any) -> Any:
+        with translated("statfs"):
+            blocks, free, files, free_files = self.fs.statfs()
+            data = pyfuse3.StatvfsData()
+            data.f_bsize = data.f_frsize = 4096
+            data.f_blocks = blocks
+            data.f_bfree = data.f_bavail = free
+            data.f_files = files
+            data.f_ffree = data.f_favail = free_files
+            data.f_namemax = 255
+            return data

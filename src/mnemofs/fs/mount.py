@@ -1,0 +1,216 @@
+"""Mount lifecycle: clean up a stale mount, mount, serve, watch for changes, unmount cleanly.
+
+pyfuse3 keeps its session in module globals, so one process serves one mount. ``serve`` runs in
+the foreground until SIGINT/SIGTERM or an external unmount; on the way out it saves every open
+file before the kernel lets go of the mount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from hashlib import sha1
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from mnemofs.fs.adapter import Adapter
+from mnemofs.fs.core import Invalidation, MemoryFs
+from mnemofs.models import Session
+from mnemofs.store import MemoryService
+
+log = logging.getLogger("mnemofs.mount")
+
+POLL_INTERVAL_S = 0.25  # changes made elsewhere show within this (plus the kernel's reaction)
+
+
+class MountError(Exception):
+    """The mount could not be made (busy root, missing FUSE, ...)."""
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    root: str
+    allow_other: bool = False
+    uid: int | None = None
+    gid: int | None = None
+    debug: bool = False
+
+
+def state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mnemofs" / "mounts"
+
+
+def record_path(root: str) -> Path:
+    """Where the daemon serving ``root`` writes its pid (so ``mnemofs umount`` can find it)."""
+    key = sha1(os.path.realpath(root).encode(), usedforsecurity=False).hexdigest()[:16]
+    return state_dir() / f"{key}.json"
+
+
+def read_record(root: str) -> dict[str, object] | None:
+    try:
+        data = json.loads(record_path(root).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_mountpoint(root: str) -> bool:
+    target = os.path.realpath(root)
+    try:
+        with open("/proc/self/mountinfo") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) > 4 and fields[4].replace("\\040", " ") == target:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def lazy_unmount(root: str) -> None:
+    subprocess.run(["fusermount3", "-u", "-z", root], check=False, capture_output=True)
+
+
+def prepare_root(root: str) -> None:
+    """Create ``root``; clean up a mount left by a crash; refuse one that is still served."""
+    try:
+        os.stat(root)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:  # "Transport endpoint is not connected": a dead daemon
+            log.warning("cleaning up a stale mount at %s", root)
+            lazy_unmount(root)
+        elif exc.errno != errno.ENOENT:
+            raise MountError(f"cannot use {root}: {exc.strerror}") from None
+    if is_mountpoint(root):
+        record = read_record(root)
+        pid = record.get("pid") if record else None
+        if isinstance(pid, int) and pid_alive(pid):
+            raise MountError(f"{root} is already mounted by mnemofs (pid {pid})")
+        if record is not None:  # our daemon died but the kernel still holds the mount
+            lazy_unmount(root)
+        else:
+            raise MountError(f"{root} is already a mount point")
+    os.makedirs(root, exist_ok=True)
+
+
+@contextlib.contextmanager
+def _record(path: Path, root: str, session: Session) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": os.getpid(), "root": root, "session": session.id}))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _invalidate(items: list[Invalidation]) -> None:
+    for item in items:
+        try:
+            if item.kind == "inode":
+                pyfuse3.invalidate_inode(item.ino)
+            else:
+                pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name),
+                                               ignore_enoent=True)  # fmt: skip
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                log.warning("cannot invalidate %s: %s", item, exc)
+
+
+async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
+    """Notice changes made elsewhere (SQLite's data_version costs microseconds) and temp files
+    left alone; drop what the kernel cached of them."""
+    seen = service.data_version()
+    while True:
+        await trio.sleep(POLL_INTERVAL_S)
+        try:
+            version = service.data_version()
+            if version is None or version != seen:
+                seen = version
+                _invalidate(fs.refresh())
+            fs.promote_temporaries()
+        except Exception:
+            log.exception("watching for changes failed; retrying")
+
+
+async def _watch_signals() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("got %s: unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+            return
+
+
+async def _serve(fs: MemoryFs, service: MemoryService) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_signals)
+        nursery.start_soon(_watch_changes, fs, service)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+def serve(
+    service: MemoryService,
+    session: Session,
+    options: MountOptions,
+    *,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Mount ``session`` at ``options.root`` and serve until a signal or an unmount."""
+    if session.ended_at is not None:
+        raise MountError(f"session {session.id} has ended")
+    if not os.path.exists("/dev/fuse"):
+        raise MountError("/dev/fuse is missing: this machine cannot mount FUSE filesystems")
+    prepare_root(options.root)
+    fs = MemoryFs(service, session, actor=session.id)
+    ops = Adapter(
+        fs,
+        uid=os.getuid() if options.uid is None else options.uid,
+        gid=os.getgid() if options.gid is None else options.gid,
+    )
+    fuse_options = set(pyfuse3.default_options) | {"fsname=mnemofs", "subtype=mnemofs"}
+    if options.allow_other:
+        fuse_options.add("allow_other")
+    if options.debug:
+        fuse_options.add("debug")
+    record = record_path(options.root)  # before mounting: resolving the path stats the root
+    try:
+        pyfuse3.init(ops, options.root, fuse_options)
+    except RuntimeError as exc:
+        raise MountError(f"cannot mount at {options.root}: {exc}") from None
+    started = time.monotonic()
+    try:
+        with _record(record, options.root, session):
+            if ready is not None:
+                ready()
+            trio.run(_serve, fs, service)
+    finally:
+        failures = fs.save_all()
+        for path, error in failures:
+            log.error("could not save %s at unmount: %s", path, error)
+        try:
+            pyfuse3.close(unmount=True)
+        except Exception:  # an external unmount already tore it down
+            log.debug("unmount after close", exc_info=True)
+        log.info("unmounted %s after %.1f s", options.root, time.monotonic() - started)

@@ -1,0 +1,97 @@
+"""Store operations a filesystem needs: rename over a target, directory moves, the change feed."""
+
+from __future__ import annotations
+
+import pytest
+
+from mnemofs import errors
+from mnemofs.models import Memory
+from mnemofs.store import MemoryService
+
+
+def tree(service: MemoryService, store_id: str) -> dict[str, str | None]:
+    return {
+        m.path: service.get_memory(store_id, m.id).content
+        for m in service.list_memories(store_id)
+        if isinstance(m, Memory)
+    }
+
+
+def test_rename_over_keeps_the_target_id(service: MemoryService, store_id: str) -> None:
+    target = service.create_memory(store_id, "/notes/todo.md", "old")
+    source = service.create_memory(store_id, "/tmp/new.md", "new")
+    result = service.rename_over(store_id, source.id, target.id, actor="sess_x")
+    assert (result.id, result.path, result.content) == (target.id, "/notes/todo.md", "new")
+    assert tree(service, store_id) == {"/notes/todo.md": "new"}
+    assert [v.operation for v in service.list_versions(store_id, memory_id=target.id)] == [
+        "modified", "created",
+    ]  # fmt: skip
+    assert [v.operation for v in service.list_versions(store_id, memory_id=source.id)] == [
+        "deleted", "created",
+    ]  # fmt: skip
+    # The source's directory stays, as a filesystem's does.
+    assert [e.path for e in service.list_memories(store_id, depth=1)] == ["/notes/", "/tmp/"]
+    assert service.get_store(store_id).memory_count == 1
+
+
+def test_move_directory(service: MemoryService, store_id: str) -> None:
+    service.create_memory(store_id, "/a/x.md", "x")
+    service.create_memory(store_id, "/a/sub/y.md", "y")
+    service.make_directory(store_id, "/a/empty")
+    service.create_memory(store_id, "/keep.md", "k")
+    assert service.move_directory(store_id, "/a", "/b/c", actor="sess_x") == 2
+    assert tree(service, store_id) == {"/b/c/x.md": "x", "/b/c/sub/y.md": "y", "/keep.md": "k"}
+    assert [e.path for e in service.list_memories(store_id, path_prefix="/b/c/", depth=1)] == [
+        "/b/c/empty/", "/b/c/sub/", "/b/c/x.md",
+    ]  # fmt: skip
+    ops = [(v.operation, v.path, v.actor) for v in service.list_versions(store_id, limit=2).data]
+    assert ops == [("renamed", "/b/c/x.md", "sess_x"), ("renamed", "/b/c/sub/y.md", "sess_x")]
+    # Onto an empty directory: replaced. Onto a non-empty one, a file, or into itself: refused.
+    service.make_directory(store_id, "/target")
+    service.move_directory(store_id, "/b/c", "/target")
+    assert "/target/x.md" in tree(service, store_id)
+    service.create_memory(store_id, "/other/z.md", "z")
+    with pytest.raises(errors.Conflict, match="not empty"):
+        service.move_directory(store_id, "/other", "/target")
+    with pytest.raises(errors.Conflict, match="'/keep.md' is a memory"):
+        service.move_directory(store_id, "/other", "/keep.md")
+    with pytest.raises(errors.InvalidRequest, match="into itself"):
+        service.move_directory(store_id, "/other", "/other/deeper")
+    with pytest.raises(errors.NotFound):
+        service.move_directory(store_id, "/missing", "/elsewhere")
+
+
+def test_snapshot_and_change_feed(service: MemoryService, store_id: str) -> None:
+    a = service.create_memory(store_id, "/a.md", "a")
+    service.make_directory(store_id, "/d")
+    snap = service.snapshot(store_id)
+    assert [m.path for m in snap.memories] == ["/a.md"]
+    assert snap.memories[0].content is None
+    assert snap.directories == ("/d/",)
+    states = service.store_states([store_id, "memstore_gone"])
+    assert list(states) == [store_id]
+    assert states[store_id].revision == snap.revision
+    service.update_memory(store_id, a.id, content="a2", actor="cli")
+    service.delete_memory(store_id, a.id)
+    feed = service.changes(store_id, snap.last_seq)
+    assert [(c.version.operation, c.version.actor) for c in feed] == [
+        ("modified", "cli"), ("deleted", "api"),
+    ]  # fmt: skip
+    assert feed[0].seq < feed[1].seq
+    assert service.changes(store_id, feed[-1].seq) == []
+    assert service.store_states([store_id])[store_id].revision > snap.revision
+
+
+def test_rename_over_folds_a_fresh_temporary(service: MemoryService, store_id: str) -> None:
+    target = service.create_memory(store_id, "/a.md", "old")
+    before = {v.id for v in service.list_versions(store_id)}
+    temp = service.create_memory(store_id, "/a.md.tmp1", "new", actor="sess_1")
+    service.rename_over(store_id, temp.id, target.id, actor="sess_1", fold=True)
+    new = [v for v in service.list_versions(store_id) if v.id not in before]
+    assert [(v.operation, v.memory_id, v.path) for v in new] == [("modified", target.id, "/a.md")]
+    # Not folded when someone else touched the source: its history is closed, not dropped.
+    other = service.create_memory(store_id, "/b.md", "b", actor="cli")
+    service.rename_over(store_id, other.id, target.id, actor="sess_1", fold=True)
+    assert [v.operation for v in service.list_versions(store_id, memory_id=other.id)] == [
+        "deleted", "created",
+    ]  # fmt: skip
