@@ -81,6 +81,9 @@ class Adapter(pyfuse3.Operations):
         self.uid = uid
         self.gid = gid
 
+    def _may_write(self, ctx: Any, ino: int, what: str) -> None:
+        self.fs.check_write(ino, ctx.uid, self.uid, what)
+
     # -- attributes -----------------------------------------------------------------------------
 
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
@@ -122,6 +125,8 @@ class Adapter(pyfuse3.Operations):
 
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
         with translated("setattr"):
+            if fields.update_size or fields.update_mtime or fields.update_mode:
+                self._may_write(ctx, inode, "setattr")
             node = self.fs.setattr(
                 inode,
                 size=attr.st_size if fields.update_size else None,
@@ -130,15 +135,16 @@ class Adapter(pyfuse3.Operations):
                 uid=attr.st_uid if fields.update_uid else None,
                 gid=attr.st_gid if fields.update_gid else None,
                 owner=(self.uid, self.gid),
+                fh=fh,
             )
             return self.attrs(node)
 
     async def access(self, inode: int, mode: int, ctx: Any) -> bool:
         with translated("access"):
             node = self.fs.node(inode)
-            if mode & os.W_OK and not (node.mount is not None and node.mount.writable):
-                raise FsError(errno.EROFS, "read-only")
-            return True
+            if mode & os.W_OK:
+                self._may_write(ctx, inode, "access")
+            return not (mode & os.X_OK and not node.is_dir)
 
     # -- directories ----------------------------------------------------------------------------
 
@@ -161,14 +167,17 @@ class Adapter(pyfuse3.Operations):
 
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> Any:
         with translated("mkdir"):
+            self._may_write(ctx, parent_inode, "mkdir")
             return self.attrs(self.fs.mkdir(parent_inode, _name(name)))
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         with translated("rmdir"):
+            self._may_write(ctx, parent_inode, "rmdir")
             self.fs.rmdir(parent_inode, _name(name))
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         with translated("unlink"):
+            self._may_write(ctx, parent_inode, "unlink")
             self.fs.unlink(parent_inode, _name(name))
 
     async def rename(
@@ -178,6 +187,8 @@ class Adapter(pyfuse3.Operations):
         with translated("rename"):
             if flags & pyfuse3.RENAME_EXCHANGE:
                 raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
+            self._may_write(ctx, parent_old, "rename")
+            self._may_write(ctx, parent_new, "rename into")
             self.fs.rename(parent_old, _name(name_old), parent_new, _name(name_new),
                            noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))  # fmt: skip
 
@@ -185,12 +196,15 @@ class Adapter(pyfuse3.Operations):
 
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
         with translated("create"):
+            self._may_write(ctx, parent_inode, "create")
             node, fh = self.fs.create(parent_inode, _name(name))
             return pyfuse3.FileInfo(fh=fh, keep_cache=False), self.attrs(node)
 
     async def open(self, inode: int, flags: int, ctx: Any) -> Any:
         with translated("open"):
             write = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+            if write or flags & os.O_TRUNC:
+                self._may_write(ctx, inode, "open for writing")
             fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC))
             return pyfuse3.FileInfo(fh=fh, keep_cache=False)
 

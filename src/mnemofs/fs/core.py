@@ -95,6 +95,7 @@ class OpenFile:
     data: bytearray
     dirty: bool = False
     opens: int = 0
+    failed: int = 0  # an errno a write hit (EFBIG): the next save refuses and rolls back
 
 
 @dataclass(eq=False)
@@ -287,9 +288,17 @@ class MemoryFs:
 
     # -- permissions ----------------------------------------------------------------------------
 
+    def check_write(self, ino: int, uid: int, owner: int, what: str) -> None:
+        """May user ``uid`` change ``ino`` (or entries in it)? A read-only store or the root
+        says EROFS to everyone, first, as a read-only filesystem does; then only the owner the
+        mount shows (and root) may write, as the modes say."""
+        self._writable(self.node(ino), what)
+        if uid not in (0, owner):
+            raise FsError(errno.EACCES, f"{what}: only uid {owner} may write here")
+
     def _writable(self, node: Node, what: str) -> StoreMount:
         mount = node.mount
-        if mount is None or (node is mount.root and what in ("rename", "remove")):
+        if mount is None:
             raise FsError(errno.EROFS, f"{what}: the mount root is read-only")
         if not mount.writable:
             state = "archived" if mount.archived else "read_only"
@@ -397,6 +406,7 @@ class MemoryFs:
         buf = node.file.data
         end = offset + len(data)
         if end > limits.MAX_CONTENT_BYTES:
+            node.file.failed = errno.EFBIG
             raise FsError(
                 errno.EFBIG,
                 f"{self.path(node)!r} would be {end} bytes, over {limits.MAX_CONTENT_BYTES}",
@@ -449,6 +459,8 @@ class MemoryFs:
         try:
             if not mount.writable:
                 raise FsError(errno.EROFS, f"store {mount.name!r} is not writable")
+            if of.failed:
+                raise FsError(of.failed, f"{path!r}: an earlier write failed; not saved")
             content = decode_content(bytes(of.data))
             memory: Memory | None = None
             if node.memory_id is not None:
@@ -470,6 +482,7 @@ class MemoryFs:
     def _undo_failed_save(self, node: Node) -> None:
         assert node.file is not None
         node.file.dirty = False
+        node.file.failed = 0
         if node.memory_id is None:
             node.file.data.clear()
             self._detach(node)
@@ -493,8 +506,10 @@ class MemoryFs:
         uid: int | None = None,
         gid: int | None = None,
         owner: tuple[int, int] = (0, 0),
+        fh: int | None = None,
     ) -> Node:
         node = self.node(ino)
+        handle = self.handles.get(fh) if fh is not None else None
         if (uid is not None and uid != owner[0]) or (gid is not None and gid != owner[1]):
             raise FsError(errno.EPERM, "files in a memory store cannot change owner")
         if size is None and mtime_ns is None and mode is None:
@@ -515,6 +530,8 @@ class MemoryFs:
                 else:
                     buf.extend(b"\0" * (size - len(buf)))
                 node.file.dirty = True
+                if handle is not None:
+                    handle.wrote = True  # ftruncate: saved at this descriptor's close
             node.mtime_ns = node.ctime_ns = _now_ns()
             if not opened:  # truncate(2) on a path: that is a save of its own
                 try:
@@ -525,6 +542,8 @@ class MemoryFs:
         if mtime_ns is not None:
             node.mtime_ns = mtime_ns
             node.ctime_ns = _now_ns()
+            if node.file is not None and node.file.dirty:
+                self.save(node)  # touch, cp -p, tar: setting times ends a save
         return node
 
     # -- directories ----------------------------------------------------------------------------
@@ -543,7 +562,7 @@ class MemoryFs:
     def rmdir(self, parent_ino: int, name: str) -> None:
         parent = self.node(parent_ino)
         node = self.child(parent, name)
-        mount = self._writable(node, "remove")
+        mount = self._writable(parent, "remove")
         if not node.is_dir:
             raise FsError(errno.ENOTDIR, f"{name!r} is not a directory")
         if node.children:
@@ -555,7 +574,7 @@ class MemoryFs:
     def unlink(self, parent_ino: int, name: str) -> None:
         parent = self.node(parent_ino)
         node = self.child(parent, name)
-        mount = self._writable(node, "remove")
+        mount = self._writable(parent, "remove")
         if node.is_dir:
             raise FsError(errno.EISDIR, f"{name!r} is a directory")
         if node.memory_id is not None:
@@ -569,7 +588,7 @@ class MemoryFs:
                *, noreplace: bool = False) -> None:  # fmt: skip
         src_dir, dst_dir = self.node(old_parent), self.node(new_parent)
         node = self.child(src_dir, old_name)
-        mount = self._writable(node, "rename")
+        mount = self._writable(src_dir, "rename")
         dst_mount = self._writable(dst_dir, "rename into")
         if dst_dir is self.root:
             raise FsError(errno.EROFS, "rename: the mount root is read-only")

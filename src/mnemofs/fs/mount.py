@@ -189,7 +189,10 @@ def serve(
         uid=os.getuid() if options.uid is None else options.uid,
         gid=os.getgid() if options.gid is None else options.gid,
     )
-    fuse_options = set(pyfuse3.default_options) | {"fsname=mnemofs", "subtype=mnemofs"}
+    # No default_permissions: the kernel would answer EACCES for a read-only store before we
+    # could say EROFS. The adapter checks writes itself (Adapter._may_write); reads are open
+    # to whoever may reach the mount, as the modes 0644/0755 say.
+    fuse_options = {"fsname=mnemofs", "subtype=mnemofs"}
     if options.allow_other:
         fuse_options.add("allow_other")
     if options.debug:

