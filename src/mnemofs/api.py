@@ -1,14 +1,14 @@
 """The Python API: the seed SDK's resource names over ``MemoryService``.
 
-    ws = mnemofs.open()                      # $MNEMOFS_DB or the default SQLite file
-    store = ws.memory_stores.create(name="User Preferences", description="...")
-    mem = ws.memory_stores.memories.create(store.id, path="/prefs.md", content="tabs")
-    ws.memory_stores.memories.update(mem.id, memory_store_id=store.id, content="spaces",
-                                     precondition={"type": "content_sha256",
-                                                   "content_sha256": mem.content_sha256})
-    for v in ws.memory_stores.memory_versions.list(store.id, memory_id=mem.id): ...
-    session = ws.sessions.create(resources=[{"type": "memory_store",
-                                             "memory_store_id": store.id}])
+ws = mnemofs.open()                      # $MNEMOFS_DB or the default SQLite file
+store = ws.memory_stores.create(name="User Preferences", description="...")
+mem = ws.memory_stores.memories.create(store.id, path="/prefs.md", content="tabs")
+ws.memory_stores.memories.update(mem.id, memory_store_id=store.id, content="spaces",
+                                 precondition={"type": "content_sha256",
+                                               "content_sha256": mem.content_sha256})
+for v in ws.memory_stores.memory_versions.list(store.id, memory_id=mem.id): ...
+session = ws.sessions.create(resources=[{"type": "memory_store",
+                                         "memory_store_id": store.id}])
 """
 
 from __future__ import annotations

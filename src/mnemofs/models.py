@@ -143,6 +143,7 @@ class StoreState:
     id: StoreId
     revision: int
     archived_at: str | None
+    memory_count: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,7 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import pyfuse3
@@ -49,19 +48,16 @@ def errno_for(exc: Exception) -> int:
     return errno.EIO
 
 
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    try:
-        yield
-    except pyfuse3.FUSEError:
-        raise
-    except (FsError, errors.MnemofsError) as exc:
+def fuse_error(exc: Exception, what: str) -> pyfuse3.FUSEError:
+    """The FUSEError to raise for ``exc`` (``raise fuse_error(exc, "lookup") from None``)."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc
+    if isinstance(exc, (FsError, errors.MnemofsError)):
         code = errno_for(exc)
         log.debug("%s: %s (%s)", what, exc, errno.errorcode.get(code, code))
-        raise pyfuse3.FUSEError(code) from None
-    except Exception:
-        log.exception("%s failed unexpectedly", what)
-        raise pyfuse3.FUSEError(errno.EIO) from None
+        return pyfuse3.FUSEError(code)
+    log.error("%s failed unexpectedly", what, exc_info=exc)
+    return pyfuse3.FUSEError(errno.EIO)
 
 
 def _name(raw: bytes) -> str:
@@ -112,19 +108,23 @@ class Adapter(pyfuse3.Operations):
     # -- lookups --------------------------------------------------------------------------------
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> Any:
-        with translated("lookup"):
+        try:
             return self.attrs(self.fs.lookup(parent_inode, _name(name)))
+        except Exception as exc:
+            raise fuse_error(exc, "lookup") from None
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, count in inode_list:
             self.fs.forget(ino, count)
 
     async def getattr(self, inode: int, ctx: Any = None) -> Any:
-        with translated("getattr"):
+        try:
             return self.attrs(self.fs.node(inode))
+        except Exception as exc:
+            raise fuse_error(exc, "getattr") from None
 
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
-        with translated("setattr"):
+        try:
             if fields.update_size or fields.update_mtime or fields.update_mode:
                 self._may_write(ctx, inode, "setattr")
             node = self.fs.setattr(
@@ -138,95 +138,125 @@ class Adapter(pyfuse3.Operations):
                 fh=fh,
             )
             return self.attrs(node)
+        except Exception as exc:
+            raise fuse_error(exc, "setattr") from None
 
     async def access(self, inode: int, mode: int, ctx: Any) -> bool:
-        with translated("access"):
+        try:
             node = self.fs.node(inode)
             if mode & os.W_OK:
                 self._may_write(ctx, inode, "access")
             return not (mode & os.X_OK and not node.is_dir)
+        except Exception as exc:
+            raise fuse_error(exc, "access") from None
 
     # -- directories ----------------------------------------------------------------------------
 
     async def opendir(self, inode: int, ctx: Any) -> int:
-        with translated("opendir"):
+        try:
             node = self.fs.node(inode)
             if not node.is_dir:
                 raise FsError(errno.ENOTDIR, "not a directory")
             return inode
+        except Exception as exc:
+            raise fuse_error(exc, "opendir") from None
 
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        with translated("readdir"):
+        try:
             for name, node in self.fs.readdir(fh, start_id):
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attrs(node), node.ino):
                     break
                 node.lookups += 1  # readdirplus counts as a lookup
+        except Exception as exc:
+            raise fuse_error(exc, "readdir") from None
 
     async def releasedir(self, fh: int) -> None:
         return None
 
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> Any:
-        with translated("mkdir"):
+        try:
             self._may_write(ctx, parent_inode, "mkdir")
             return self.attrs(self.fs.mkdir(parent_inode, _name(name)))
+        except Exception as exc:
+            raise fuse_error(exc, "mkdir") from None
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
-        with translated("rmdir"):
+        try:
             self._may_write(ctx, parent_inode, "rmdir")
             self.fs.rmdir(parent_inode, _name(name))
+        except Exception as exc:
+            raise fuse_error(exc, "rmdir") from None
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
-        with translated("unlink"):
+        try:
             self._may_write(ctx, parent_inode, "unlink")
             self.fs.unlink(parent_inode, _name(name))
+        except Exception as exc:
+            raise fuse_error(exc, "unlink") from None
 
     async def rename(
         self, parent_old: int, name_old: bytes, parent_new: int, name_new: bytes, flags: int,
         ctx: Any,
     ) -> None:  # fmt: skip
-        with translated("rename"):
+        try:
             if flags & pyfuse3.RENAME_EXCHANGE:
                 raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
             self._may_write(ctx, parent_old, "rename")
             self._may_write(ctx, parent_new, "rename into")
             self.fs.rename(parent_old, _name(name_old), parent_new, _name(name_new),
                            noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))  # fmt: skip
+        except Exception as exc:
+            raise fuse_error(exc, "rename") from None
 
     # -- files ----------------------------------------------------------------------------------
 
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
-        with translated("create"):
+        try:
             self._may_write(ctx, parent_inode, "create")
             node, fh = self.fs.create(parent_inode, _name(name))
             return pyfuse3.FileInfo(fh=fh, keep_cache=False), self.attrs(node)
+        except Exception as exc:
+            raise fuse_error(exc, "create") from None
 
     async def open(self, inode: int, flags: int, ctx: Any) -> Any:
-        with translated("open"):
+        try:
             write = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
             if write or flags & os.O_TRUNC:
                 self._may_write(ctx, inode, "open for writing")
             fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC))
             return pyfuse3.FileInfo(fh=fh, keep_cache=False)
+        except Exception as exc:
+            raise fuse_error(exc, "open") from None
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        with translated("read"):
+        try:
             return self.fs.read(fh, off, size)
+        except Exception as exc:
+            raise fuse_error(exc, "read") from None
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
-        with translated("write"):
+        try:
             return self.fs.write(fh, off, buf)
+        except Exception as exc:
+            raise fuse_error(exc, "write") from None
 
     async def flush(self, fh: int) -> None:
-        with translated("flush"):
+        try:
             self.fs.flush(fh)
+        except Exception as exc:
+            raise fuse_error(exc, "flush") from None
 
     async def fsync(self, fh: int, datasync: bool) -> None:
-        with translated("fsync"):
+        try:
             self.fs.fsync(fh)
+        except Exception as exc:
+            raise fuse_error(exc, "fsync") from None
 
     async def release(self, fh: int) -> None:
-        with translated("release"):
+        try:
             self.fs.release(fh)
+        except Exception as exc:
+            raise fuse_error(exc, "release") from None
 
     # -- refused and informational --------------------------------------------------------------
 
@@ -249,7 +279,7 @@ class Adapter(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOTSUP)
 
     async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
-        with translated("getxattr"):
+        try:
             node = self.fs.node(inode)
             value = {
                 XATTRS[0]: node.memory_id,
@@ -259,14 +289,18 @@ class Adapter(pyfuse3.Operations):
             if value is None:
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)  # ENODATA: "no such attribute"
             return value.encode()
+        except Exception as exc:
+            raise fuse_error(exc, "getxattr") from None
 
     async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
-        with translated("listxattr"):
+        try:
             node = self.fs.node(inode)
             return list(XATTRS) if node.memory_id else []
+        except Exception as exc:
+            raise fuse_error(exc, "listxattr") from None
 
     async def statfs(self, ctx: Any) -> Any:
-        with translated("statfs"):
+        try:
             blocks, free, files, free_files = self.fs.statfs()
             data = pyfuse3.StatvfsData()
             data.f_bsize = data.f_frsize = 4096
@@ -276,3 +310,5 @@ class Adapter(pyfuse3.Operations):
             data.f_ffree = data.f_favail = free_files
             data.f_namemax = 255
             return data
+        except Exception as exc:
+            raise fuse_error(exc, "statfs") from None

@@ -27,6 +27,7 @@ How files become versions
 from __future__ import annotations
 
 import errno
+import hashlib
 import re
 import time
 from collections import OrderedDict
@@ -81,6 +82,7 @@ class StoreMount:
     archived: bool
     revision: int = -1
     last_seq: int = 0
+    count: int = 0  # memories in the store, as last seen (the store itself has the last word)
     root: Node | None = None
 
     @property
@@ -192,6 +194,7 @@ class MemoryFs:
         mount.revision = snap.revision
         mount.last_seq = snap.last_seq
         mount.archived = snap.store.archived_at is not None
+        mount.count = snap.store.memory_count
         now = _now_ns()
         root = Node(self._next_ino, mount.slug, self.root, True, mount, now, now)
         self._next_ino += 1
@@ -371,10 +374,11 @@ class MemoryFs:
         node.lookups += 1
         return node, self._new_handle(node, True)
 
-    def _store_full(self, mount: StoreMount) -> bool:
-        return self.service.get_store(mount.store_id).memory_count >= (
-            limits.MAX_MEMORIES_PER_STORE
-        )
+    @staticmethod
+    def _store_full(mount: StoreMount) -> bool:
+        """By the count last seen: a create that races another mount is refused by the store
+        at its save (ENOSPC at close) instead."""
+        return mount.count >= limits.MAX_MEMORIES_PER_STORE
 
     def open(self, ino: int, *, write: bool, truncate: bool) -> int:
         node = self.node(ino)
@@ -461,7 +465,11 @@ class MemoryFs:
                 raise FsError(errno.EROFS, f"store {mount.name!r} is not writable")
             if of.failed:
                 raise FsError(of.failed, f"{path!r}: an earlier write failed; not saved")
-            content = decode_content(bytes(of.data))
+            data = bytes(of.data)
+            if node.memory_id is not None and hashlib.sha256(data).hexdigest() == node.sha256:
+                of.dirty = False  # identical content: no version
+                return
+            content = decode_content(data)
             memory: Memory | None = None
             if node.memory_id is not None:
                 try:
@@ -472,6 +480,7 @@ class MemoryFs:
                     memory = None  # deleted elsewhere meanwhile: save it again as new
             if memory is None:
                 memory = self.service.create_memory(mount.store_id, path, content, actor=self.actor)
+                mount.count += 1
         except (MnemofsError, FsError):
             self._undo_failed_save(node)
             raise
@@ -582,6 +591,7 @@ class MemoryFs:
                 self.service.delete_memory(
                     mount.store_id, node.memory_id, actor=self.actor, keep_directory=True
                 )
+                mount.count -= 1
         self._detach(node)
 
     def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
@@ -650,6 +660,7 @@ class MemoryFs:
             memory = self.service.rename_over(
                 mount.store_id, node.memory_id, target.memory_id, actor=self.actor, fold=fold
             )
+            mount.count -= 1
         else:
             memory = self.service.update_memory(
                 mount.store_id, target.memory_id, content=decode_content(data), actor=self.actor
@@ -769,6 +780,7 @@ class MemoryFs:
                 continue
             mount.revision = state.revision
             mount.archived = state.archived_at is not None
+            mount.count = state.memory_count
             if mount.root is not None:
                 out.append(Invalidation("inode", mount.root.ino))
             for change in self.service.changes(mount.store_id, mount.last_seq, limit=100_000):

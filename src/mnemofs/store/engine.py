@@ -24,6 +24,9 @@ ENV_DB = "MNEMOFS_DB"
 WRITE_OPTION = "mnemofs_write"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536  # per connection, at most: a full store's memories stay in memory
+# Checkpoint the WAL every ~40 MB instead of every 4 MB: each checkpoint syncs the database
+# file, and with every save writing a version this took 10-25% of save time (measured).
+SQLITE_CHECKPOINT_PAGES = 10_000
 
 
 class SchemaOutOfDate(InvalidRequest):
@@ -57,6 +60,7 @@ def _setup_sqlite(engine: Engine) -> None:
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+        cur.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
         cur.close()
 
     @event.listens_for(engine, "begin")

@@ -3,8 +3,8 @@
 Concurrency contract
 - Each public method is one database transaction (``Database.run``); nothing is held between
   calls, so one ``MemoryService`` may be shared by threads, each using its own connection.
-- Every change to a store's memories or directories starts by locking the store's row
-  (``_lock_store``: ``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite the write transaction is
+- Every change to a store's memories or directories starts by updating the store's row
+  (``_change_store``), which locks it until commit (on SQLite the write transaction is
   ``BEGIN IMMEDIATE`` already). One writer at a time per store decides "is the path free", "is
   the store under its limit" and the order of versions.
 - Transient failures are retried inside ``Database.run``; callers never see "database is
@@ -321,12 +321,25 @@ class MemoryService:
             )
         return row
 
-    @staticmethod
-    def _touch_store(tx: Tx, store_id: str, count_delta: int = 0) -> None:
-        tx.run(
+    def _change_store(
+        self, tx: Tx, store_id: str, count_delta: int = 0, *, room_for: str | None = None
+    ) -> None:
+        """The first statement of every change to a store's memories or directories: lock the
+        store's row, refuse an archived store (and, with ``room_for``, a full one), count the
+        change. One UPDATE on the happy path; the reason is looked up only on refusal."""
+        sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
-            "revision = revision + 1 WHERE id = :id",
-            {"delta": count_delta, "id": store_id},
+            "revision = revision + 1 WHERE id = :id AND archived_at IS NULL"
+        )
+        if room_for is not None:
+            sql += " AND memory_count < :max"
+        params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
+        if tx.run(sql, params) == 1:
+            return
+        row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
+        raise StoreFull(
+            f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
+            f"memories, the limit; cannot create {room_for!r}"
         )
 
     def resolve_store(self, ref: str) -> StoreId:
@@ -523,13 +536,8 @@ class MemoryService:
         size = len(content.encode())
 
         def run(tx: Tx) -> Memory:
-            store = self._lock_store(tx, store_id)
+            self._change_store(tx, store_id, +1, room_for=path)
             self._check_path_free(tx, store_id, path)
-            if store.memory_count >= limits.MAX_MEMORIES_PER_STORE:
-                raise StoreFull(
-                    f"memory store {store.name!r} ({store_id}) already holds "
-                    f"{store.memory_count} memories, the limit; cannot create {path!r}"
-                )
             now = utc_now()
             memory_id = MemoryId(new_id(MEMORY_PREFIX))
             version_id = self._write_version(
@@ -543,7 +551,6 @@ class MemoryService:
                 {"id": memory_id, "store": store_id, "path": path, "content": content,
                  "sha": sha, "size": size, "now": now, "version": version_id},
             )  # fmt: skip
-            self._touch_store(tx, store_id, +1)
             return Memory(
                 id=memory_id,
                 memory_store_id=StoreId(store_id),
@@ -610,7 +617,7 @@ class MemoryService:
         wanted = _precondition_hash(precondition)
 
         def run(tx: Tx) -> Memory:
-            self._lock_store(tx, store_id)
+            self._change_store(tx, store_id)
             row = self._memory_row(tx, store_id, memory_id, content=True)
             if wanted is not None and row.content_sha256 != wanted:
                 raise PreconditionFailed(
@@ -661,7 +668,6 @@ class MemoryService:
         )  # fmt: skip
         if keep_directory and new_path != row.path:
             self._keep_directory(tx, store_id, row.path, now)
-        self._touch_store(tx, store_id)
         return Memory(
             id=MemoryId(row.id),
             memory_store_id=StoreId(store_id),
@@ -700,7 +706,7 @@ class MemoryService:
         """
 
         def run(tx: Tx) -> MemoryVersion:
-            self._lock_store(tx, store_id)
+            self._change_store(tx, store_id, -1)
             row = self._memory_row(tx, store_id, memory_id)
             now = utc_now()
             version_id = self._write_version(
@@ -710,7 +716,6 @@ class MemoryService:
             tx.run("DELETE FROM memories WHERE id = :id", {"id": memory_id})
             if keep_directory:
                 self._keep_directory(tx, store_id, row.path, now)
-            self._touch_store(tx, store_id, -1)
             return MemoryVersion(
                 id=version_id,
                 memory_store_id=StoreId(store_id),
@@ -835,14 +840,13 @@ class MemoryService:
         path = validate_path(path.rstrip("/") or "/")
 
         def run(tx: Tx) -> MemoryPrefix:
-            self._lock_store(tx, store_id)
+            self._change_store(tx, store_id)
             self._check_path_free(tx, store_id, path)
             prefix = path + "/"
             tx.run(
                 "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
                 {"store": store_id, "path": prefix, "now": utc_now()},
             )
-            self._touch_store(tx, store_id)
             return MemoryPrefix(prefix)
 
         return self._write(run)
@@ -854,7 +858,7 @@ class MemoryService:
         params = {"store": store_id, "lo": prefix, "hi": prefix_upper_bound(prefix)}
 
         def run(tx: Tx) -> None:
-            self._lock_store(tx, store_id)
+            self._change_store(tx, store_id)
             inside = tx.scalar(
                 "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
                 "AND path < :hi ORDER BY path LIMIT 1",
@@ -868,7 +872,6 @@ class MemoryService:
                 raise Conflict(f"directory {prefix!r} is not empty (it holds {inside!r})")
             if not tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", params):
                 raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
-            self._touch_store(tx, store_id)
 
         self._write(run)
 
@@ -1010,7 +1013,7 @@ class MemoryService:
         who = actor or self.actor
 
         def run(tx: Tx) -> Memory:
-            self._lock_store(tx, store_id)
+            self._change_store(tx, store_id, -1)
             source = self._memory_row(tx, store_id, source_id, content=True)
             target = self._memory_row(tx, store_id, target_id, content=True)
             now = utc_now()
@@ -1027,7 +1030,6 @@ class MemoryService:
                 )  # fmt: skip
             tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
             self._keep_directory(tx, store_id, source.path, now)
-            self._touch_store(tx, store_id, -1)
             return self._apply_update(tx, store_id, target, target.path, source.content, actor)
 
         return self._write(run)
@@ -1044,7 +1046,7 @@ class MemoryService:
         new_range = {"store": store_id, "lo": new_prefix, "hi": prefix_upper_bound(new_prefix)}
 
         def run(tx: Tx) -> int:
-            self._lock_store(tx, store_id)
+            self._change_store(tx, store_id)
             moving = tx.all(
                 f"SELECT {_MEMORY_COLS}, content FROM memories WHERE store_id = :store "
                 "AND path >= :lo AND path < :hi ORDER BY path",
@@ -1098,7 +1100,6 @@ class MemoryService:
                     {"store": store_id, "path": new_prefix + path[len(old_prefix) :], "now": now},
                 )
             self._keep_directory(tx, store_id, old_prefix[:-1], now)
-            self._touch_store(tx, store_id)
             return len(moving)
 
         return self._write(run)
@@ -1142,9 +1143,10 @@ class MemoryService:
 
         def run(tx: Tx) -> dict[StoreId, StoreState]:
             return {
-                StoreId(r.id): StoreState(StoreId(r.id), r.revision, r.archived_at)
+                StoreId(r.id): StoreState(StoreId(r.id), r.revision, r.archived_at, r.memory_count)
                 for r in tx.all(
-                    f"SELECT id, revision, archived_at FROM memory_stores WHERE id IN ({in_list})",
+                    "SELECT id, revision, archived_at, memory_count FROM memory_stores "
+                    f"WHERE id IN ({in_list})",
                     params,
                 )
             }
