@@ -6,6 +6,7 @@ developer opts out with ``MNEMOFS_SKIP_FUSE=1``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -61,10 +62,8 @@ class Daemon:
 def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[Daemon]:
     """Serve ``session_id`` at ``root`` in a daemon process for the duration of the block."""
     require_fuse()
-    try:
+    with contextlib.suppress(FileExistsError):  # a stale mount, which the daemon cleans up
         root.mkdir(parents=True)
-    except FileExistsError:
-        pass  # possibly a stale mount, which the daemon cleans up
     argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "mount", "--session", session_id,
             "--root", str(root), "--foreground", *extra]  # fmt: skip
     process = subprocess.Popen(

@@ -255,9 +255,8 @@ def test_read_only_store_refuses_every_write(env: Env) -> None:
     assert errno_of(os.link, f, env.ro / "hard") in (errno.EPERM, errno.EROFS)
     assert errno_of(os.symlink, "standards.md", env.ro / "soft") in (errno.EPERM, errno.EROFS)
     assert errno_of(os.setxattr, f, "user.x", b"1") in (errno.ENOTSUP, errno.EROFS)
-    with open(f, "rb") as readable:
-        with pytest.raises((OSError, ValueError)):
-            mmap.mmap(readable.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_WRITE)
+    with open(f, "rb") as readable, pytest.raises((OSError, ValueError)):
+        mmap.mmap(readable.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_WRITE)
     assert (versions(env.service, env.ro_id), f.read_bytes()) == before
 
 
@@ -365,6 +364,9 @@ def test_vim_ex_mode_edit(env: Env) -> None:
     assert target.read_text() == "- buy coffee\n"
     assert env.memory("/notes/todo.md").content == "- buy coffee\n"
     assert env.paths() == ["/notes/todo.md"]
+    assert versions(env.service, env.rw_id) == [
+        ("modified", "/notes/todo.md"), ("created", "/notes/todo.md"),
+    ]  # fmt: skip
 
 
 def test_other_user_through_allow_other(tmp_path: Path) -> None:
@@ -398,3 +400,17 @@ def test_other_user_through_allow_other(tmp_path: Path) -> None:
     engine.dispose()
     root.rmdir()
     root.parent.rmdir()
+
+
+def test_full_store_says_enospc_but_temporary_files_still_work(env: Env) -> None:
+    """The 10,001st memory is refused at open(O_CREAT); sed -i still works in a full store."""
+    for i in range(9_999):  # plus /notes/todo.md: exactly the limit
+        env.service.create_memory(env.rw_id, f"/bulk/{i // 500}/m{i}.md", "x", actor="cli")
+    assert wait_for(lambda: (env.rw / "bulk" / "19" / "m9999.md").exists() is False
+                    and (env.rw / "bulk" / "19").exists(), timeout=10.0)  # fmt: skip
+    before = len(env.service.list_versions(env.rw_id, limit=5).data)
+    assert errno_of(os.open, env.rw / "one-more.md", os.O_CREAT | os.O_WRONLY) == errno.ENOSPC
+    run("sed", "-i", "s/milk/juice/", str(env.rw / "notes" / "todo.md"))
+    assert env.memory("/notes/todo.md").content == "- buy juice\n"
+    assert env.service.get_store(env.rw_id).memory_count == 10_000
+    assert len(env.service.list_versions(env.rw_id, limit=5).data) == before

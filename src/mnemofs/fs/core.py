@@ -163,6 +163,7 @@ class MemoryFs:
         self.actor = actor
         self.nodes: dict[int, Node] = {}
         self.handles: dict[int, Handle] = {}
+        self.by_memory: dict[str, Node] = {}  # memory id -> its node, for changes from elsewhere
         self._next_ino = ROOT_INO + 1
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
@@ -223,8 +224,10 @@ class MemoryFs:
         self._apply_memory(node, memory)
         return node
 
-    @staticmethod
-    def _apply_memory(node: Node, memory: Memory) -> None:
+    def _apply_memory(self, node: Node, memory: Memory) -> None:
+        if node.memory_id is not None and node.memory_id != memory.id:
+            self.by_memory.pop(node.memory_id, None)
+        self.by_memory[memory.id] = node
         node.memory_id = memory.id
         node.version_id = memory.version_id
         node.sha256 = memory.content_sha256
@@ -264,6 +267,8 @@ class MemoryFs:
     def _detach(self, node: Node) -> None:
         if node.parent is not None and node.parent.children.get(node.name) is node:
             del node.parent.children[node.name]
+        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
+            del self.by_memory[node.memory_id]
         node.unlinked = True
         self._forget_node(node)
 
@@ -411,6 +416,7 @@ class MemoryFs:
         end = offset + len(data)
         if end > limits.MAX_CONTENT_BYTES:
             node.file.failed = errno.EFBIG
+            node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
             raise FsError(
                 errno.EFBIG,
                 f"{self.path(node)!r} would be {end} bytes, over {limits.MAX_CONTENT_BYTES}",
@@ -790,15 +796,9 @@ class MemoryFs:
             out += self._sync_directories(mount)
         return out
 
-    def _find_memory_node(self, mount: StoreMount, memory_id: str) -> Node | None:
-        for node in self._files(mount.root):
-            if node.memory_id == memory_id:
-                return node
-        return None
-
     def _apply_change(self, mount: StoreMount, memory_id: str) -> list[Invalidation]:
         out: list[Invalidation] = []
-        node = self._find_memory_node(mount, memory_id)
+        node = self.by_memory.get(memory_id)
         try:
             memory: Memory | None = self.service.get_memory(mount.store_id, memory_id)
         except NotFound:

@@ -1,0 +1,181 @@
+"""The filesystem without the kernel: ``MemoryFs`` and the adapter's error mapping, called
+directly on a real database (both backends)."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from mnemofs import errors
+from mnemofs.fs.adapter import errno_for
+from mnemofs.fs.core import TEMP_NAME, FsError, MemoryFs, Node
+from mnemofs.models import Memory
+from mnemofs.store import MemoryService
+
+
+@pytest.fixture
+def fs(service: MemoryService) -> MemoryFs:
+    rw = service.create_store("Notes").id
+    ro = service.create_store("Docs").id
+    service.create_memory(rw, "/a.md", "alpha")
+    service.create_memory(ro, "/d.md", "docs")
+    session = service.create_session(
+        [{"memory_store_id": rw}, {"memory_store_id": ro, "access": "read_only"}],
+        mount_root="/mnt/memory",
+    )
+    return MemoryFs(service, session, actor=session.id)
+
+
+def store_root(fs: MemoryFs, slug: str = "notes") -> Node:
+    return fs.root.children[slug]
+
+
+def write_file(fs: MemoryFs, parent: Node, name: str, data: bytes) -> Node:
+    node, fh = fs.create(parent.ino, name)
+    fs.write(fh, 0, data)
+    fs.flush(fh)
+    fs.release(fh)
+    return node
+
+
+def stored(fs: MemoryFs) -> dict[str, str | None]:
+    store = fs.mounts[0].store_id
+    return {
+        m.path: fs.service.get_memory(store, m.id).content
+        for m in fs.service.list_memories(store)
+        if isinstance(m, Memory)
+    }
+
+
+def code(fn: object, *args: object, **kw: object) -> int:
+    with pytest.raises(FsError) as info:
+        fn(*args, **kw)  # type: ignore[operator]
+    return info.value.errno
+
+
+def test_tree_mirrors_the_stores(fs: MemoryFs) -> None:
+    assert sorted(fs.root.children) == ["docs", "notes"]
+    node = fs.lookup(store_root(fs).ino, "a.md")
+    assert (node.size, node.memory_id is not None) == (5, True)
+    fh = fs.open(node.ino, write=False, truncate=False)
+    assert fs.read(fh, 0, 100) == b"alpha"
+    assert fs.read(fh, 2, 2) == b"ph"
+    fs.release(fh)
+    assert code(fs.lookup, store_root(fs).ino, "missing") == errno.ENOENT
+
+
+def test_readdir_offsets_survive_changes(fs: MemoryFs) -> None:
+    root = store_root(fs)
+    for i in range(5):
+        write_file(fs, root, f"f{i}.md", b"x")
+    first = list(fs.readdir(root.ino, 0))[:3]
+    offset = first[-1][1].ino
+    fs.unlink(root.ino, "f4.md")  # an entry not yet listed goes away
+    fs.unlink(root.ino, first[0][0])  # and one already listed
+    write_file(fs, root, "late.md", b"y")  # a new one appears
+    rest = [name for name, _ in fs.readdir(root.ino, offset)]
+    listed = [name for name, _ in first] + rest
+    assert len(listed) == len(set(listed))
+    assert "late.md" in rest
+    assert "f4.md" not in rest
+    assert set(listed) >= {"a.md", "f0.md", "f1.md", "f2.md", "f3.md", "late.md"} - {first[0][0]}
+
+
+def test_temporary_files_stay_in_memory(fs: MemoryFs) -> None:
+    root = store_root(fs)
+    assert TEMP_NAME.match("sedAb12Cd")
+    assert TEMP_NAME.match("tmpk2j4_x9a")
+    assert not TEMP_NAME.match("notes.md")
+    write_file(fs, root, "sedAb12Cd", b"temp")
+    assert "/sedAb12Cd" not in stored(fs)
+    write_file(fs, root, "tmpabcd1234", b"kept")
+    fs.unlink(root.ino, "sedAb12Cd")
+    fs.promote_temporaries(now=10**12)  # long after the grace period
+    assert stored(fs)["/tmpabcd1234"] == "kept"
+    assert [v.operation for v in fs.service.list_versions(fs.mounts[0].store_id)][:1] == ["created"]
+
+
+def test_rename_over_and_directories(fs: MemoryFs) -> None:
+    root = store_root(fs)
+    target = fs.lookup(root.ino, "a.md")
+    write_file(fs, root, "a.md.tmp", b"new alpha")
+    fs.rename(root.ino, "a.md.tmp", root.ino, "a.md")
+    assert stored(fs) == {"/a.md": "new alpha"}
+    assert fs.lookup(root.ino, "a.md").memory_id == target.memory_id
+    sub = fs.mkdir(root.ino, "sub")
+    write_file(fs, sub, "b.md", b"b")
+    _, fh = fs.create(sub.ino, "open.md")  # unsaved when its directory moves
+    fs.write(fh, 0, b"o")
+    fs.rename(root.ino, "sub", root.ino, "moved")
+    fs.flush(fh)
+    fs.release(fh)
+    assert stored(fs) == {"/a.md": "new alpha", "/moved/b.md": "b", "/moved/open.md": "o"}
+    assert code(fs.rename, root.ino, "moved", root.ino, "a.md") == errno.ENOTDIR
+    assert code(fs.rmdir, root.ino, "moved") == errno.ENOTEMPTY
+    other = store_root(fs, "docs")
+    assert code(fs.rename, root.ino, "a.md", other.ino, "a.md") == errno.EROFS
+    assert code(fs.rename, root.ino, "a.md", fs.root.ino, "a.md") == errno.EROFS
+
+
+def test_refusals_leave_the_store_unchanged(fs: MemoryFs) -> None:
+    root = store_root(fs)
+    before = stored(fs)
+    node = fs.lookup(root.ino, "a.md")
+    fh = fs.open(node.ino, write=True, truncate=False)
+    assert code(fs.write, fh, 102_400, b"x") == errno.EFBIG
+    assert code(fs.flush, fh) == errno.EFBIG
+    fs.release(fh)
+    fh = fs.open(node.ino, write=True, truncate=True)
+    fs.write(fh, 0, b"\xff\xfe")
+    with pytest.raises(errors.InvalidContent):
+        fs.flush(fh)
+    fs.release(fh)
+    fh = fs.open(node.ino, write=False, truncate=False)
+    assert fs.read(fh, 0, 100) == b"alpha"  # the buffer went back to the saved content
+    fs.release(fh)
+    docs = store_root(fs, "docs")
+    assert code(fs.create, docs.ino, "x.md") == errno.EROFS
+    assert code(fs.open, fs.lookup(docs.ino, "d.md").ino, write=True, truncate=False) == (
+        errno.EROFS
+    )
+    assert code(fs.mkdir, fs.root.ino, "x") == errno.EROFS
+    assert code(fs.create, root.ino, "n" * 256) == errno.ENAMETOOLONG
+    assert stored(fs) == before
+
+
+def test_changes_elsewhere_are_picked_up(fs: MemoryFs) -> None:
+    root = store_root(fs)
+    node = fs.lookup(root.ino, "a.md")
+    store = fs.mounts[0].store_id
+    assert node.memory_id is not None
+    fs.service.update_memory(store, node.memory_id, content="changed", actor="cli")
+    fs.service.create_memory(store, "/dir/new.md", "new", actor="cli")
+    invalidations = fs.refresh()
+    assert any(i.kind == "inode" and i.ino == node.ino for i in invalidations)
+    fh = fs.open(node.ino, write=False, truncate=False)
+    assert fs.read(fh, 0, 100) == b"changed"
+    fs.release(fh)
+    assert fs.lookup(fs.lookup(root.ino, "dir").ino, "new.md").size == 3
+    fs.service.delete_memory(store, node.memory_id, actor="cli")
+    fs.refresh()
+    assert code(fs.lookup, root.ino, "a.md") == errno.ENOENT
+    assert fs.refresh() == []  # nothing new
+
+
+def test_errno_for_each_domain_error() -> None:
+    cases = {
+        errors.ContentTooLarge("x"): errno.EFBIG,
+        errors.StoreFull("x"): errno.ENOSPC,
+        errors.InvalidContent("x"): errno.EILSEQ,
+        errors.NameTooLong("x"): errno.ENAMETOOLONG,
+        errors.InvalidRequest("x"): errno.EINVAL,
+        errors.NotFound("x"): errno.ENOENT,
+        errors.Conflict("x"): errno.EEXIST,
+        errors.StoreArchived("x"): errno.EROFS,
+        errors.Unavailable("x"): errno.EIO,
+        FsError(errno.EXDEV, "x"): errno.EXDEV,
+        RuntimeError("x"): errno.EIO,
+    }
+    for exc, expected in cases.items():
+        assert errno_for(exc) == expected, exc
