@@ -1,0 +1,189 @@
+"""The same random file operations on a plain directory and on a mounted store must agree.
+
+Each step runs on both trees and compares the outcome (result or errno); after every step the
+two trees (names, kinds, contents) must be equal. An extra rule changes the store through the
+Python API and makes the same change in the plain directory, then waits (at most the spec's
+1 second) for the mount to show it.
+
+Intended differences, kept out of the strategies: content is UTF-8 text without NUL and under
+100 KiB (anything else is refused by the mount by design; a truncate that cuts a character is
+EILSEQ), and there are no links, modes or owners to compare.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from mnemofs.store import MemoryService, make_engine
+
+from .mounted import mounted, wait_for
+
+names = st.sampled_from(["a", "b", "c.md"])
+rel_paths = st.lists(names, min_size=1, max_size=3).map("/".join)
+texts = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc"), max_codepoint=0x2FF),
+    max_size=20,
+)
+
+
+def outcome(fn: object, *args: object) -> object:
+    try:
+        return ("ok", fn(*args))  # type: ignore[operator]
+    except OSError as exc:
+        return ("errno", exc.errno)
+
+
+def snapshot(root: Path) -> dict[str, str | None]:
+    tree: dict[str, str | None] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        for d in dirnames:
+            tree[os.path.normpath(os.path.join(rel, d)) + "/"] = None
+        for f in filenames:
+            tree[os.path.normpath(os.path.join(rel, f))] = Path(dirpath, f).read_text()
+    return tree
+
+
+def write(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def mount_env(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[MemoryService, str, Path]]:
+    base = tmp_path_factory.mktemp("diff")
+    url = f"sqlite:///{base / 'db.sqlite'}"
+    engine = make_engine(url)
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Diff").id
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(base / "mnt"))
+    with mounted(url, session.id, base / "mnt"):
+        yield service, store, base / "mnt" / "diff"
+    service.close()
+    engine.dispose()
+
+
+def test_mount_behaves_like_a_directory(
+    mount_env: tuple[MemoryService, str, Path], tmp_path: Path
+) -> None:
+    service, store, mnt = mount_env
+    counter = itertools.count()
+
+    class Differential(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            n = next(counter)
+            self.plain = tmp_path / f"ex{n}"
+            self.mount = mnt / f"ex{n}"
+            self.prefix = f"/ex{n}/"
+            self.plain.mkdir()
+            self.mount.mkdir()
+
+        def both(self, fn: object, rel: str, *args: object) -> None:
+            a = outcome(fn, self.plain / rel, *args)
+            b = outcome(fn, self.mount / rel, *args)
+            assert a == b, (fn, rel, args, a, b)
+
+        def both2(self, fn: object, rel: str, rel2: str) -> None:
+            a = outcome(fn, self.plain / rel, self.plain / rel2)
+            b = outcome(fn, self.mount / rel, self.mount / rel2)
+            assert a == b, (fn, rel, rel2, a, b)
+
+        @rule(rel=rel_paths, text=texts)
+        def write_file(self, rel: str, text: str) -> None:
+            self.both(write, rel, text)
+
+        @rule(rel=rel_paths, text=texts)
+        def append_file(self, rel: str, text: str) -> None:
+            self.both(append, rel, text)
+
+        @rule(rel=rel_paths)
+        def read_file(self, rel: str) -> None:
+            self.both(read, rel)
+
+        @rule(rel=rel_paths, size=st.integers(0, 30))
+        def truncate(self, rel: str, size: int) -> None:
+            if not (self.plain / rel).is_file():
+                return
+            data = (self.plain / rel).read_bytes()
+            try:  # only cuts that leave text: a cut inside a character is EILSEQ by design
+                data[:size].decode("utf-8")
+            except UnicodeDecodeError:
+                return
+            if size <= len(data):  # growing would add NULs: not text either
+                self.both(os.truncate, rel, size)
+
+        @rule(rel=rel_paths)
+        def mkdir(self, rel: str) -> None:
+            self.both(os.mkdir, rel)
+
+        @rule(rel=rel_paths)
+        def rmdir(self, rel: str) -> None:
+            self.both(os.rmdir, rel)
+
+        @rule(rel=rel_paths)
+        def unlink(self, rel: str) -> None:
+            self.both(os.unlink, rel)
+
+        @rule(src=rel_paths, dst=rel_paths)
+        def rename(self, src: str, dst: str) -> None:
+            self.both2(os.rename, src, dst)
+
+        @rule(rel=rel_paths, text=texts)
+        def api_write(self, rel: str, text: str) -> None:
+            """Someone else (the API) writes a file; the mount must show it within a second."""
+            target = self.plain / rel
+            parents_ok = all(
+                not p.exists() or p.is_dir() for p in [*target.parents][: rel.count("/")]
+            )
+            if target.is_dir() or not parents_ok:
+                return
+            path = self.prefix + rel
+            try:
+                memory = service.find_memory(store, path)
+                service.update_memory(store, memory.id, content=text, actor="cli")
+            except Exception:
+                service.create_memory(store, path, text, actor="cli")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            assert wait_for(
+                lambda: (self.mount / rel).is_file() and read(self.mount / rel) == text,
+                timeout=1.5,
+            )
+
+        @invariant()
+        def same_tree(self) -> None:
+            assert snapshot(self.plain) == snapshot(self.mount)
+
+        def teardown(self) -> None:
+            shutil.rmtree(self.plain, ignore_errors=True)
+
+    run_state_machine_as_test(
+        Differential,
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=15,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )
