@@ -31,6 +31,7 @@ from mnemofs.store import MemoryService
 log = logging.getLogger("mnemofs.mount")
 
 POLL_INTERVAL_S = 0.25  # changes made elsewhere show within this (plus the kernel's reaction)
+CHECKPOINT_INTERVAL_S = 1.0
 
 
 class MountError(Exception):
@@ -154,6 +155,17 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
             log.exception("watching for changes failed; retrying")
 
 
+async def _checkpoint(service: MemoryService) -> None:
+    """Checkpoint the SQLite WAL in a worker thread, off the save path (see
+    ``MemoryService.defer_checkpoints``)."""
+    while True:
+        await trio.sleep(CHECKPOINT_INTERVAL_S)
+        try:
+            await trio.to_thread.run_sync(service.checkpoint)
+        except Exception:
+            log.exception("checkpoint failed; retrying")
+
+
 async def _watch_signals() -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
@@ -166,6 +178,7 @@ async def _serve(fs: MemoryFs, service: MemoryService) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals)
         nursery.start_soon(_watch_changes, fs, service)
+        nursery.start_soon(_checkpoint, service)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
@@ -183,6 +196,7 @@ def serve(
     if not os.path.exists("/dev/fuse"):
         raise MountError("/dev/fuse is missing: this machine cannot mount FUSE filesystems")
     prepare_root(options.root)
+    service.defer_checkpoints()  # commits on this thread; a worker thread checkpoints
     fs = MemoryFs(service, session, actor=session.id)
     ops = Adapter(
         fs,

@@ -1177,6 +1177,14 @@ class MemoryService:
             ]
         )
 
+    def defer_checkpoints(self) -> None:
+        """For a long-lived writer (a mount): keep WAL checkpoints out of its commits; it then
+        calls ``checkpoint`` from a background thread."""
+        self.db.defer_checkpoints()
+
+    def checkpoint(self) -> None:
+        self.db.checkpoint()
+
     def data_version(self) -> int | None:
         """A number that changes when another connection commits (SQLite); None elsewhere."""
         return self.db.data_version()

@@ -140,6 +140,22 @@ class Database:
         finally:
             cursor.close()
 
+    def defer_checkpoints(self) -> None:
+        """Stop this thread's commits from checkpointing the SQLite WAL (the copy back into the
+        database file and its fsync were most of a save's commit time); whoever calls this
+        must call ``checkpoint`` from another thread now and then."""
+        if self.dialect == "sqlite":
+            self._connection().dbapi_connection.execute("PRAGMA wal_autocheckpoint = 0")
+
+    def checkpoint(self) -> None:
+        """Copy the SQLite WAL back into the database without blocking readers or writers."""
+        if self.dialect != "sqlite":
+            return
+        try:
+            self._connection().dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except self._driver_error as exc:
+            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+
     def close(self) -> None:
         """Give every thread's connection back (call when done with the service)."""
         with self._lock:
