@@ -671,15 +671,18 @@ class MemoryFs:
             memory = self.service.update_memory(
                 mount.store_id, target.memory_id, content=decode_content(data), actor=self.actor
             )
-        # The target's inode now shows the new content under its name; the source goes away.
-        self._apply_memory(target, memory)
-        if target.file is not None:
-            target.file.data[:] = data
-            target.file.dirty = False
-        self._cache(target, data)
-        self._detach(node)
+        # As on any filesystem, the source's inode now lives under the target's name (that is
+        # what the kernel's caches already say); it carries the target's memory from here on.
+        dst_dir = target.parent or self.root
+        self._detach(target)
+        self._move(node, dst_dir, target.name)
+        self._apply_memory(node, memory)
+        node.born = 0.0  # an old memory now: never folded into another
         if node.file is not None:
             node.file.dirty = False
+            if node.file.opens == 0:
+                node.file = None
+        self._cache(node, data)
 
     def _rename_dir(
         self,
