@@ -147,7 +147,9 @@ def test_one_version_per_logical_save(env: Env, how: str, tmp_path: Path) -> Non
     elif how == "python-replace":
         with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False) as tmp:
             tmp.write("- buy eggs\n")
+        inode = os.stat(tmp.name).st_ino
         os.replace(tmp.name, target)
+        assert os.stat(target).st_ino == inode  # as POSIX says: the source's inode moved
         expected = "- buy eggs\n"
     elif how == "echo":
         run("sh", "-c", f"echo '- buy tea' > {target}")
