@@ -285,6 +285,7 @@ def test_limits_surface_as_errnos(env: Env) -> None:
         f.write(b"x" * 102_401)
     assert info.value.errno == errno.EFBIG
     assert "/big.md" not in env.paths()
+    assert wait_for(lambda: not big.exists(), timeout=1.0)  # and the name is gone from the mount
     target = env.rw / "notes" / "todo.md"
     fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
     os.write(fd, b"\xff\xfe not utf-8")

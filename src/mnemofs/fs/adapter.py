@@ -214,7 +214,7 @@ class Adapter(pyfuse3.Operations):
         try:
             self._may_write(ctx, parent_inode, "create")
             node, fh = self.fs.create(parent_inode, _name(name))
-            return pyfuse3.FileInfo(fh=fh, keep_cache=False), self.attrs(node)
+            return pyfuse3.FileInfo(fh=fh, keep_cache=True), self.attrs(node)
         except Exception as exc:
             raise fuse_error(exc, "create") from None
 
@@ -224,7 +224,9 @@ class Adapter(pyfuse3.Operations):
             if write or flags & os.O_TRUNC:
                 self._may_write(ctx, inode, "open for writing")
             fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC))
-            return pyfuse3.FileInfo(fh=fh, keep_cache=False)
+            # The page cache survives across opens: every change that bypasses the kernel is
+            # invalidated (changes from elsewhere) or flagged for the next open (rollbacks).
+            return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(inode))
         except Exception as exc:
             raise fuse_error(exc, "open") from None
 
@@ -240,11 +242,18 @@ class Adapter(pyfuse3.Operations):
         except Exception as exc:
             raise fuse_error(exc, "write") from None
 
+    def _forget_vanished(self) -> None:
+        while self.fs.vanished:
+            item = self.fs.vanished.pop()
+            pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name), ignore_enoent=True)
+
     async def flush(self, fh: int) -> None:
         try:
             self.fs.flush(fh)
         except Exception as exc:
             raise fuse_error(exc, "flush") from None
+        finally:
+            self._forget_vanished()
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         try:
@@ -257,6 +266,8 @@ class Adapter(pyfuse3.Operations):
             self.fs.release(fh)
         except Exception as exc:
             raise fuse_error(exc, "release") from None
+        finally:
+            self._forget_vanished()
 
     # -- refused and informational --------------------------------------------------------------
 

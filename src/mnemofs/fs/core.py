@@ -120,6 +120,9 @@ class Node:
     temp_since: float = 0.0
     born: float = 0.0  # when this mount created it (0: it came from the store)
     unlinked: bool = False
+    # The kernel's page cache for this file may hold bytes that are not the saved content (a
+    # save failed and was rolled back, or it changed elsewhere): the next open drops it.
+    stale_pages: bool = False
 
     @property
     def current_size(self) -> int:
@@ -164,6 +167,9 @@ class MemoryFs:
         self.nodes: dict[int, Node] = {}
         self.handles: dict[int, Handle] = {}
         self.by_memory: dict[str, Node] = {}  # memory id -> its node, for changes from elsewhere
+        # Names that vanished without the kernel's doing (a new file whose first save failed):
+        # the adapter tells the kernel to forget them.
+        self.vanished: list[Invalidation] = []
         self._next_ino = ROOT_INO + 1
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
@@ -385,6 +391,13 @@ class MemoryFs:
         at its save (ENOSPC at close) instead."""
         return mount.count >= limits.MAX_MEMORIES_PER_STORE
 
+    def keep_pages(self, ino: int) -> bool:
+        """May the kernel keep its page cache for this open (see ``Node.stale_pages``)?"""
+        node = self.node(ino)
+        keep = not node.stale_pages
+        node.stale_pages = False
+        return keep
+
     def open(self, ino: int, *, write: bool, truncate: bool) -> int:
         node = self.node(ino)
         if node.is_dir:
@@ -496,10 +509,13 @@ class MemoryFs:
 
     def _undo_failed_save(self, node: Node) -> None:
         assert node.file is not None
+        node.stale_pages = True
         node.file.dirty = False
         node.file.failed = 0
         if node.memory_id is None:
             node.file.data.clear()
+            if node.parent is not None:
+                self.vanished.append(Invalidation("entry", node.parent.ino, node.name))
             self._detach(node)
             return
         self._content.pop(node.ino, None)
@@ -827,6 +843,7 @@ class MemoryFs:
         else:
             self._apply_memory(node, memory)
         content = (memory.content or "").encode()
+        node.stale_pages = True
         self._cache(node, content)
         if node.file is not None:
             node.file.data[:] = content
