@@ -187,6 +187,8 @@ def test_copy_move_remove_directories(env: Env, tmp_path: Path) -> None:
     run("mv", str(env.rw / "x" / "moved" / "a.md"), str(env.rw / "a2.md"))
     assert env.memory("/a2.md").content == "a"
     assert errno_of(os.rmdir, env.rw / "x" / "moved") == errno.ENOTEMPTY
+    run("rmdir", str(env.rw / "x" / "y" / "z"))
+    assert not (env.rw / "x" / "y" / "z").exists()
     run("rm", str(env.rw / "a2.md"))
     run("rm", "-r", str(env.rw / "x"))
     assert env.paths() == ["/notes/todo.md"]
@@ -353,7 +355,7 @@ def test_tar_and_rsync(env: Env, tmp_path: Path) -> None:
     run("tar", "-cf", str(out), "-C", str(env.rw), ".")
     listing = run("tar", "-tf", str(out)).stdout
     assert "./untarred/b.md" in listing
-    run("rsync", "-rt", f"{src}/", f"{env.rw}/synced/")
+    run("rsync", "-a", f"{src}/", f"{env.rw}/synced/")
     assert env.memory("/synced/docs/a.md").content == "alpha\n"
     assert "/synced/b.md" in env.paths()
     back = tmp_path / "back"
