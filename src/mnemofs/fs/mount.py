@@ -179,7 +179,9 @@ async def _serve(fs: MemoryFs, service: MemoryService) -> None:
         nursery.start_soon(_watch_signals)
         nursery.start_soon(_watch_changes, fs, service)
         nursery.start_soon(_checkpoint, service)
-        await pyfuse3.main()
+        # One worker: no handler ever awaits (every call is a short synchronous step, see
+        # fs/core.py), so more workers only add task switches to every request.
+        await pyfuse3.main(min_tasks=1, max_tasks=1)
         nursery.cancel_scope.cancel()
 
 
