@@ -179,3 +179,13 @@ def test_errno_for_each_domain_error() -> None:
     }
     for exc, expected in cases.items():
         assert errno_for(exc) == expected, exc
+
+
+def test_directories_made_elsewhere_appear(fs: MemoryFs) -> None:
+    store = fs.mounts[0].store_id
+    fs.service.make_directory(store, "/x")
+    fs.service.make_directory(store, "/y/z")
+    fs.refresh()
+    root = store_root(fs)
+    assert fs.lookup(root.ino, "x").is_dir
+    assert fs.lookup(fs.lookup(root.ino, "y").ino, "z").is_dir

@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 from mnemofs import limits
@@ -152,8 +153,6 @@ def _now_ns() -> int:
 
 
 def _ns(timestamp: str) -> int:
-    from datetime import datetime
-
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1e9)
 
 
@@ -859,9 +858,12 @@ class MemoryFs:
         return node
 
     def _sync_directories(self, mount: StoreMount) -> list[Invalidation]:
+        """Show directories made elsewhere (mkdir through another mount). Directories removed
+        elsewhere stay until this mount's rmdir or remount (they are empty by then)."""
+        out: list[Invalidation] = []
         for prefix in self.service.explicit_directories(mount.store_id):
             if self._lookup_path(mount, prefix) is None:
                 node = self._ensure_dir(mount, prefix.strip("/"))
                 assert node.parent is not None
-                return [Invalidation("entry", node.parent.ino, node.name)]
-        return []
+                out.append(Invalidation("entry", node.parent.ino, node.name))
+        return out
