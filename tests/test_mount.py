@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from mnemofs.models import Memory
 from mnemofs.store import MemoryService, make_engine
@@ -45,9 +46,8 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    engine = make_engine(db_url)
+def env(db_url: str, engine: Engine, tmp_path: Path) -> Iterator[Env]:
+    """A daemon serving a read_write and a read_only store, on each backend."""
     service = MemoryService(engine, actor="api")
     rw = service.create_store("Agent Notes", "what the agent learns").id
     ro = service.create_store("Reference", "read-only material").id
@@ -62,7 +62,6 @@ def env(tmp_path: Path) -> Iterator[Env]:
         yield Env(service, db_url, root, root / "agent-notes", root / "reference", rw, ro,
                   session.id, daemon)  # fmt: skip
     service.close()
-    engine.dispose()
 
 
 def errno_of(fn: object, *args: object) -> int:
