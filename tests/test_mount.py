@@ -403,9 +403,23 @@ def test_other_user_through_allow_other(tmp_path: Path) -> None:
         assert "Read-only file system" in refused.stderr
         root_write = run("mkdir", str(root / "x"), **as_nobody)  # type: ignore[arg-type]
         assert root_write.returncode != 0
+        assert "Read-only file system" in root_write.stderr
+        s = root / "sandbox"
+        script = (
+            f"set -e; cd {s}; mkdir -p a/b; echo one > a/b/f.md; echo two >> a/b/f.md; "
+            "sed -i s/one/ONE/ a/b/f.md; cp a/b/f.md g.md; mv g.md a/h.md; touch t.md; "
+            "echo abc > t.md; truncate -s 2 t.md; rm t.md; ls -la a >/dev/null; grep -rq ONE .; "
+            "cp -r a c; rm -r c; rmdir a/b 2>/dev/null && exit 9 || true"
+        )
+        tools = run("sh", "-c", script, **as_nobody)  # type: ignore[arg-type]
+        assert tools.returncode == 0, tools.stderr
         assert run("stat", "-c", "%u", str(root / "sandbox" / "note.md")).stdout.strip() == "65534"
     assert service.find_memory(rw, "/note.md").content == "hi\n"
-    assert [v.actor for v in service.list_versions(rw)] == [session.id]
+    assert service.find_memory(rw, "/a/b/f.md").content == "ONE\ntwo\n"
+    assert service.find_memory(rw, "/a/h.md").content == "ONE\ntwo\n"
+    assert {v.actor for v in service.list_versions(rw)} == {session.id}
+    sed_versions = [v.operation for v in service.list_versions(rw) if v.path == "/a/b/f.md"]
+    assert sed_versions == ["modified", "modified", "created"]  # echo >, echo >>, sed -i
     service.close()
     engine.dispose()
     root.rmdir()
