@@ -18,7 +18,7 @@ import yaml
 
 from mnemofs import errors
 from mnemofs.limits import DEFAULT_KEEP_VERSIONS, DEFAULT_MOUNT_ROOT, DEFAULT_RETENTION_DAYS
-from mnemofs.models import MEMORY_PREFIX, Memory, MemoryPrefix, MemoryStore, MemoryVersion, Session
+from mnemofs.models import MEMORY_PREFIX, Memory, MemoryStore, MemoryVersion, Page, Session
 from mnemofs.store import MemoryService, decode_content, make_engine, prompt_note, upgrade
 
 EXIT_CODES: dict[type[errors.MnemofsError], int] = {
@@ -71,6 +71,26 @@ def emit(ctx: Context, obj: Any, table: Callable[[], None]) -> None:
         click.echo(json.dumps(obj.to_dict() if hasattr(obj, "to_dict") else obj, indent=2))
     else:
         table()
+
+
+def emit_listing(
+    ctx: Context,
+    page: Page[Any],
+    *,
+    one_page: bool,
+    headers: Sequence[str],
+    row: Callable[[Any], Sequence[Any]],
+) -> None:
+    """A listing: one page and its next cursor (on stderr in table mode), or every page."""
+    entries = page.data if one_page else list(page)
+    next_cursor = page.next_cursor if one_page else None
+
+    def table() -> None:
+        print_table(headers, [row(e) for e in entries])
+        if next_cursor:
+            click.echo(f"next cursor: {next_cursor}", err=True)
+
+    emit(ctx, {"data": [e.to_dict() for e in entries], "next_cursor": next_cursor}, table)
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -265,19 +285,11 @@ def memories_list(
     page = ctx.service.list_memories(
         store_id, path_prefix=path_prefix, depth=depth, limit=limit or 1000, cursor=cursor
     )
-    entries: list[Memory | MemoryPrefix] = page.data if limit else list(page)
-    next_cursor = page.next_cursor if limit else None
-
-    def table() -> None:
-        print_table(["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"], [
-            (e.type, e.path, e.size_bytes, e.content_sha256[:12], e.updated_at, e.id)
-            if isinstance(e, Memory) else (e.type, e.path, "", "", "", "")
-            for e in entries
-        ])  # fmt: skip
-        if next_cursor:
-            click.echo(f"next cursor: {next_cursor}", err=True)
-
-    emit(ctx, {"data": [e.to_dict() for e in entries], "next_cursor": next_cursor}, table)
+    emit_listing(ctx, page, one_page=limit is not None,
+                 headers=["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"],
+                 row=lambda e: (e.type, e.path, e.size_bytes, e.content_sha256[:12],
+                                e.updated_at, e.id)
+                 if isinstance(e, Memory) else (e.type, e.path, "", "", "", ""))  # fmt: skip
 
 
 @memories.command("show")
@@ -375,18 +387,10 @@ def versions_list(
     page = ctx.service.list_versions(
         store_id, memory_id=memory_id, limit=limit or 1000, cursor=cursor
     )
-    found = page.data if limit else list(page)
-    next_cursor = page.next_cursor if limit else None
-
-    def table() -> None:
-        print_table(["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"], [
-            (v.id, v.operation, v.path, v.size_bytes, v.actor, v.created_at, v.redacted_at or "")
-            for v in found
-        ])  # fmt: skip
-        if next_cursor:
-            click.echo(f"next cursor: {next_cursor}", err=True)
-
-    emit(ctx, {"data": [v.to_dict() for v in found], "next_cursor": next_cursor}, table)
+    emit_listing(ctx, page, one_page=limit is not None,
+                 headers=["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"],
+                 row=lambda v: (v.id, v.operation, v.path, v.size_bytes, v.actor, v.created_at,
+                                v.redacted_at or ""))  # fmt: skip
 
 
 @versions.command("show")
