@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
 
 from mnemofs.api import Workspace
-from mnemofs.store import MemoryService, make_engine
+from mnemofs.store import Engine, MemoryService, make_engine
 from mnemofs.store.schema import metadata
 
 PG_URL_ENV = "MNEMOFS_TEST_PG_URL"
@@ -40,9 +39,13 @@ def _fresh_pg_engine() -> Engine:
     global _pg_engine
     if _pg_engine is None:
         _pg_engine = make_engine(pg_url())
-    with _pg_engine.begin() as conn:
+    conn = _pg_engine.connect()
+    try:
         names = ", ".join(t.name for t in metadata.sorted_tables)
-        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        conn.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
+        conn.commit()
+    finally:
+        conn.close()
     return _pg_engine
 
 

@@ -9,10 +9,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
 import mnemofs.store.engine as engine_module
-from mnemofs.store import make_engine, upgrade
+from mnemofs.store import Engine, make_engine, upgrade
 from mnemofs.store.engine import SchemaOutOfDate, current_revision
 from mnemofs.store.schema import SCHEMA_REVISION, metadata
 
@@ -26,8 +26,8 @@ def test_schema_revision_is_the_newest_migration() -> None:
 
 
 def test_migrated_database_matches_schema(engine: Engine) -> None:
-    with engine.connect() as conn:
-        assert current_revision(conn) == SCHEMA_REVISION
+    assert current_revision(engine) == SCHEMA_REVISION
+    with engine.sqlalchemy().connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
 
@@ -35,7 +35,7 @@ def test_migrated_database_matches_schema(engine: Engine) -> None:
 def test_new_database_is_created_and_old_one_refused(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'new' / 'db.sqlite'}"
     engine = make_engine(url)  # creates the directory and the schema
-    with engine.begin() as conn:
+    with engine.sqlalchemy().begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0000'"))
     with pytest.raises(SchemaOutOfDate, match="mnemofs db upgrade"):
         make_engine(url)
@@ -46,6 +46,5 @@ def test_upgrade_is_idempotent(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}", check_schema=False)
     upgrade(engine)
     upgrade(engine)
-    with engine.connect() as conn:
-        assert current_revision(conn) == SCHEMA_REVISION
+    assert current_revision(engine) == SCHEMA_REVISION
     engine.dispose()

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
 
 from mnemofs.models import Memory
-from mnemofs.store import MemoryService, make_engine
+from mnemofs.store import Engine, MemoryService, make_engine
 
 from .mounted import Daemon, mounted, run, versions, wait_for
 

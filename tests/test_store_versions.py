@@ -5,23 +5,23 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import update
 
 from mnemofs import errors
 from mnemofs.store import MemoryService
-from mnemofs.store.schema import memory_versions
 
 
 def age(service: MemoryService, version_ids: list[str], days: float) -> None:
     """Backdate versions, as if written ``days`` ago (the only way to test retention)."""
     when = datetime.now(UTC) - timedelta(days=days)
     stamp = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    with service.engine.begin() as conn:
-        conn.execute(
-            update(memory_versions)
-            .where(memory_versions.c.id.in_(version_ids))
-            .values(created_at=stamp)
-        )
+    params = {f"v{i}": v for i, v in enumerate(version_ids)} | {"stamp": stamp}
+    in_list = ", ".join(":" + k for k in params if k != "stamp")
+    service.db.run(
+        lambda tx: tx.run(
+            f"UPDATE memory_versions SET created_at = :stamp WHERE id IN ({in_list})", params
+        ),
+        write=True,
+    )
 
 
 def test_list_newest_first_filter_and_pages(service: MemoryService, store_id: str) -> None:

@@ -585,13 +585,12 @@ def db_upgrade(ctx: Context) -> None:
     """Bring the database schema up to this version of mnemofs."""
     engine = make_engine(ctx.db, check_schema=False)
     upgrade(engine)
+    engine.dispose()
     emit(ctx, {"upgraded": True}, lambda: click.echo("database schema is up to date"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: run the CLI, turning domain errors into one line and an exit code."""
-    from sqlalchemy.exc import DBAPIError
-
     try:
         result = cli.main(args=argv, prog_name="mnemofs", standalone_mode=False)
     except errors.MnemofsError as error:
@@ -606,7 +605,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"mnemofs: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
-    except DBAPIError as exc:
-        click.echo(f"mnemofs: database error: {str(exc.orig).splitlines()[0]}", err=True)
-        sys.exit(1)
     sys.exit(result if isinstance(result, int) else 0)

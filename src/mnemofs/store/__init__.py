@@ -3,10 +3,11 @@
 Knows nothing of FUSE, trio or the CLI.
 """
 
-from mnemofs.store.engine import make_engine, resolve_url, upgrade
+from mnemofs.store.engine import Engine, make_engine, resolve_url, upgrade
 from mnemofs.store.service import MemoryService, decode_content, prompt_note, sha256_hex
 
 __all__ = [
+    "Engine",
     "MemoryService",
     "decode_content",
     "make_engine",

@@ -2,26 +2,32 @@
 
 SQLite is the default: a file under ``$MNEMOFS_DB`` or the XDG data directory, in WAL mode with
 ``synchronous=NORMAL`` (a committed transaction survives a crash of the process; only a power
-loss can lose the last ones). Write transactions start with ``BEGIN IMMEDIATE`` so two writers
-queue on the busy timeout instead of failing halfway with "database is locked". PostgreSQL is
-reached through a ``postgresql+psycopg://`` URL.
+loss can lose the last ones). Write transactions start with ``BEGIN IMMEDIATE`` (see ``sql.py``)
+so two writers queue on the busy timeout instead of failing halfway with "database is locked".
+PostgreSQL is reached through a ``postgresql+psycopg://`` URL.
+
+``Engine`` here is mnemofs' own and minimal: a URL and a way to open a configured driver
+connection. Importing SQLAlchemy costs ~0.3 s, longer than most CLI commands take, so the
+runtime path never does; SQLAlchemy is loaded only to create or migrate a schema (Alembic) and
+by tests and tools that ask for ``Engine.sqlalchemy()``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
-from sqlalchemy.engine import Connection, make_url
+from mnemofs.errors import InvalidRequest, Unavailable
+from mnemofs.store.revision import SCHEMA_REVISION
 
-from mnemofs.errors import InvalidRequest
-from mnemofs.store.schema import SCHEMA_REVISION
+if TYPE_CHECKING:
+    import sqlalchemy
 
 ENV_DB = "MNEMOFS_DB"
-WRITE_OPTION = "mnemofs_write"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536  # per connection, at most: a full store's memories stay in memory
 # Checkpoint the WAL every ~40 MB instead of every 4 MB: each checkpoint syncs the database
@@ -49,57 +55,132 @@ def resolve_url(url: str | None = None) -> str:
     return "sqlite:///" + str(Path(value).expanduser().absolute())
 
 
-def _setup_sqlite(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-        # Let us issue BEGIN ourselves (the driver's implicit transactions cannot be IMMEDIATE).
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.execute("PRAGMA foreign_keys = ON")
-        cur.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
-        cur.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
-        cur.close()
+@dataclass
+class Engine:
+    """A database by URL: its dialect, its driver, configured connections on demand."""
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(WRITE_OPTION):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
+    url: str
+    dialect: str  # "sqlite" or "postgresql"
+    driver: ModuleType
+    _sqlalchemy: Any = field(default=None, repr=False)
+
+    @property
+    def sqlite_path(self) -> str:
+        return self.url[len("sqlite:///") :]
+
+    def connect(self) -> Any:
+        """A new driver connection, set up as the service expects (see the module docstring)."""
+        try:
+            if self.dialect == "sqlite":
+                return _sqlite_connection(self.sqlite_path)
+            conn = self.driver.connect(_libpq_uri(self.url), autocommit=False)
+            return conn
+        except self.driver.Error as exc:
+            raise Unavailable(f"cannot open the database {self.safe_url}: {exc}") from exc
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without its password, for messages."""
+        scheme, sep, rest = self.url.partition("://")
+        if "@" in rest.split("/", 1)[0]:
+            creds, _, host = rest.partition("@")
+            rest = creds.split(":", 1)[0] + "@" + host
+        return scheme + sep + rest
+
+    def sqlalchemy(self) -> sqlalchemy.Engine:
+        """A SQLAlchemy engine for the same database (migrations, tests, tools)."""
+        if self._sqlalchemy is None:
+            from sqlalchemy import create_engine, event
+
+            engine = create_engine(self.url)
+            if self.dialect == "sqlite":
+
+                @event.listens_for(engine, "connect")
+                def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+                    _configure_sqlite(dbapi_conn)
+
+            self._sqlalchemy = engine
+        return self._sqlalchemy  # type: ignore[no-any-return]
+
+    def dispose(self) -> None:
+        if self._sqlalchemy is not None:
+            self._sqlalchemy.dispose()
+            self._sqlalchemy = None
+
+
+def _libpq_uri(url: str) -> str:
+    return "postgresql://" + url.partition("://")[2]
+
+
+def _configure_sqlite(conn: Any) -> None:
+    cur = conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA journal_mode = WAL")
+    cur.execute("PRAGMA synchronous = NORMAL")
+    cur.execute("PRAGMA foreign_keys = ON")
+    cur.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+    cur.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
+    cur.close()
+
+
+def _sqlite_connection(path: str) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN ourselves (the driver's implicit transactions
+    # cannot be IMMEDIATE). Each thread has its own connection (sql.py), but closing them all
+    # happens from one thread, hence check_same_thread=False.
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False,
+        timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+    )  # fmt: skip
+    _configure_sqlite(conn)
+    return conn
 
 
 def make_engine(url: str | None = None, *, check_schema: bool = True) -> Engine:
-    """An engine for ``url`` (see ``resolve_url``), with a new database's schema created."""
-    resolved = make_url(resolve_url(url))
-    if resolved.get_backend_name() == "sqlite":
-        if resolved.database and resolved.database != ":memory:":
-            Path(resolved.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(resolved)
-        _setup_sqlite(engine)
-    elif resolved.get_backend_name() == "postgresql":
-        engine = create_engine(resolved, pool_pre_ping=True)
+    """The database at ``url`` (see ``resolve_url``), with a new database's schema created."""
+    resolved = resolve_url(url)
+    scheme = resolved.split("://", 1)[0]
+    if scheme == "sqlite":
+        path = resolved[len("sqlite:///") :]
+        if not path or not resolved.startswith("sqlite:///"):
+            raise InvalidRequest(f"a SQLite URL needs a file path, got {resolved!r}")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = Engine(resolved, "sqlite", sqlite3)
+    elif scheme in ("postgresql", "postgresql+psycopg"):
+        try:
+            import psycopg
+        except ImportError:
+            raise InvalidRequest(
+                "PostgreSQL needs the driver: pip install 'mnemofs[postgres]'"
+            ) from None
+        engine = Engine(resolved, "postgresql", psycopg)
     else:
-        raise InvalidRequest(f"unsupported database URL {resolved.render_as_string()!r}")
+        raise InvalidRequest(f"unsupported database URL {resolved!r}")
     if check_schema:
         ensure_schema(engine)
     return engine
 
 
-def current_revision(conn: Connection) -> str | None:
+def current_revision(engine: Engine) -> str | None:
     """The Alembic revision recorded in the database, or None for a database with no schema."""
-    if not inspect(conn).has_table("alembic_version"):
-        return None
-    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    conn = engine.connect()
+    try:
+        cur = conn.cursor()
+        try:
+            cur.execute("SELECT version_num FROM alembic_version")
+            row = cur.fetchone()
+        except engine.driver.Error:
+            return None  # no such table: a new database
+        finally:
+            cur.close()
+        return None if row is None else str(row[0])
+    finally:
+        conn.rollback()
+        conn.close()
 
 
 def ensure_schema(engine: Engine) -> None:
     """Create the schema in a new database; refuse a database at another revision."""
-    with engine.connect() as conn:
-        revision = current_revision(conn)
-        conn.rollback()
+    revision = current_revision(engine)
     if revision == SCHEMA_REVISION:
         return
     if revision is None:
@@ -118,7 +199,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-    with engine.connect().execution_options(**{WRITE_OPTION: True}) as conn:
+    with engine.sqlalchemy().connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
         conn.commit()

@@ -13,7 +13,8 @@ Conventions
   the per-store checks (path free, count under the limit) cannot race.
 
 Changing anything here needs a new Alembic revision in ``migrations/versions`` and a bump of
-``SCHEMA_REVISION``; ``tests/test_migrations.py`` fails when this file and the migrations disagree.
+``SCHEMA_REVISION`` (in ``revision.py``); ``tests/test_migrations.py`` fails when this file and
+the migrations disagree.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-SCHEMA_REVISION = "0001"
-"""The Alembic revision this code reads and writes; a database at another one must be upgraded."""
+from mnemofs.store.revision import SCHEMA_REVISION  # noqa: F401  (re-exported)
 
 metadata = MetaData(
     naming_convention={

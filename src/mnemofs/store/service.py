@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
-
 from mnemofs import limits
 from mnemofs.errors import (
     Conflict,
@@ -71,6 +69,7 @@ from mnemofs.paths import (
     validate_path,
     validate_prefix,
 )
+from mnemofs.store.engine import Engine
 from mnemofs.store.sql import Database, Tx
 
 T = TypeVar("T")

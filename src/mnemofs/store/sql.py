@@ -2,13 +2,13 @@
 
 Why not SQLAlchemy Core statements: building and cache-keying a Core statement costs 60–260 µs
 per execution on these machines, against ~4 µs for the same query on the raw driver, and a save
-runs five statements. So the schema, the engine, its pool setup and the migrations are
-SQLAlchemy's, while the service's statements are plain SQL written once, portable between
-SQLite and PostgreSQL, with ``:name`` parameters (rewritten to ``%(name)s`` for psycopg).
+runs five statements. So the schema and the migrations are SQLAlchemy's, while the service's
+statements are plain SQL written once, portable between SQLite and PostgreSQL, with ``:name``
+parameters (rewritten to ``%(name)s`` for psycopg), run on the driver's own connections.
 
 Concurrency contract: a ``Database`` may be shared by threads; each thread gets its own
-connection (checked out of the engine's pool once and kept), and each ``transaction()`` runs on
-that connection alone. Nothing else is shared.
+connection (opened once and kept), and each ``transaction()`` runs on that connection alone.
+Nothing else is shared.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
-
 from mnemofs.errors import Unavailable
+from mnemofs.store.engine import Engine
 
 T = TypeVar("T")
 
@@ -75,14 +74,13 @@ class Database:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.dialect = engine.dialect.name
+        self.dialect = engine.dialect
         self._local = threading.local()
         self._sql: dict[str, str] = {}
         self._rows: dict[str, Callable[[Any], Any]] = {}
         self._all: list[Any] = []
         self._lock = threading.Lock()
-        driver = engine.dialect.loaded_dbapi
-        self._driver_error: type[Exception] = driver.Error
+        self._driver_error: type[Exception] = engine.driver.Error
 
     def sql(self, text: str) -> str:
         """``text`` in the driver's parameter style, cached."""
@@ -111,7 +109,7 @@ class Database:
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self.engine.raw_connection()
+            conn = self.engine.connect()
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
@@ -125,14 +123,14 @@ class Database:
                 if conn in self._all:
                     self._all.remove(conn)
             with suppress(Exception):  # a broken connection may fail to close
-                conn.invalidate()
+                conn.close()
 
     def data_version(self) -> int | None:
         """SQLite's counter of commits by other connections (changes iff someone else wrote);
         None where the database has no such thing."""
         if self.dialect != "sqlite":
             return None
-        cursor = self._connection().dbapi_connection.cursor()
+        cursor = self._connection().cursor()
         try:
             return int(cursor.execute("PRAGMA data_version").fetchone()[0])
         except self._driver_error as exc:
@@ -145,14 +143,14 @@ class Database:
         database file and its fsync were most of a save's commit time); whoever calls this
         must call ``checkpoint`` from another thread now and then."""
         if self.dialect == "sqlite":
-            self._connection().dbapi_connection.execute("PRAGMA wal_autocheckpoint = 0")
+            self._connection().execute("PRAGMA wal_autocheckpoint = 0")
 
     def checkpoint(self) -> None:
         """Copy the SQLite WAL back into the database without blocking readers or writers."""
         if self.dialect != "sqlite":
             return
         try:
-            self._connection().dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)")
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
 
@@ -167,8 +165,7 @@ class Database:
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]:
-        conn = self._connection()
-        dbapi = conn.dbapi_connection
+        dbapi = self._connection()
         cursor = dbapi.cursor()
         try:
             if self.dialect == "sqlite":
@@ -218,7 +215,7 @@ class Database:
         if getattr(exc, "sqlstate", None) in _PG_RETRYABLE:
             return True, False
         conn = getattr(self._local, "conn", None)
-        broken = conn is None or bool(getattr(conn.dbapi_connection, "closed", False))
+        broken = conn is None or bool(getattr(conn, "closed", False))
         return broken, broken
 
 
