@@ -95,3 +95,38 @@ def test_rename_over_folds_a_fresh_temporary(service: MemoryService, store_id: s
     assert [v.operation for v in service.list_versions(store_id, memory_id=other.id)] == [
         "deleted", "created",
     ]  # fmt: skip
+
+
+def test_change_notifications(service: MemoryService, store_id: str) -> None:
+    """PostgreSQL tells listeners which store changed, once per transaction; SQLite has no
+    notifications (mounts watch data_version there)."""
+    listener = service.listen_for_changes()
+    if service.engine.dialect == "sqlite":
+        assert listener is None
+        before = service.data_version()
+        other = MemoryService(service.engine, actor="cli")
+        other.create_memory(store_id, "/x.md", "x")
+        other.close()
+        assert service.data_version() != before
+        return
+    assert listener is not None
+    try:
+        assert listener.drain() == set()
+        mem = service.create_memory(store_id, "/x.md", "x")
+        service.update_memory(store_id, mem.id, content="y")
+        assert wait_until(lambda: store_id in listener.drain())
+        service.update_store(store_id, name="renamed")
+        assert wait_until(lambda: listener.drain() == {store_id})
+    finally:
+        listener.close()
+
+
+def wait_until(predicate: object, timeout: float = 2.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False

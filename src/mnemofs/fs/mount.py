@@ -27,10 +27,12 @@ from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
 from mnemofs.models import Session
 from mnemofs.store import MemoryService
+from mnemofs.store.sql import Listener
 
 log = logging.getLogger("mnemofs.mount")
 
-POLL_INTERVAL_S = 0.25  # changes made elsewhere show within this (plus the kernel's reaction)
+POLL_INTERVAL_S = 0.25  # SQLite: changes made elsewhere show within this
+PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
 CHECKPOINT_INTERVAL_S = 1.0
 
 
@@ -140,19 +142,52 @@ def _invalidate(items: list[Invalidation]) -> None:
 
 
 async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
-    """Notice changes made elsewhere (SQLite's data_version costs microseconds) and temp files
-    left alone; drop what the kernel cached of them."""
+    """Notice changes made elsewhere and temp files left alone; drop what the kernel cached.
+
+    PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
+    listening connection breaks we poll until it can be made again). On SQLite
+    ``data_version`` tells within microseconds whether anyone else committed since last time.
+    """
+    watched = {m.store_id for m in fs.mounts}
+    listener = _listen(service)
     seen = service.data_version()
-    while True:
-        await trio.sleep(POLL_INTERVAL_S)
-        try:
-            version = service.data_version()
-            if version is None or version != seen:
-                seen = version
-                _invalidate(fs.refresh())
-            fs.promote_temporaries()
-        except Exception:
-            log.exception("watching for changes failed; retrying")
+    try:
+        while True:
+            changed = True
+            try:
+                if listener is not None:
+                    with trio.move_on_after(PG_FALLBACK_S):
+                        await trio.lowlevel.wait_readable(listener.fileno())
+                        changed = bool(listener.drain() & watched)
+                else:
+                    await trio.sleep(POLL_INTERVAL_S)
+                    version = service.data_version()
+                    changed = version is None or version != seen
+                    seen = version
+                    if version is None:  # PostgreSQL without a listener: try again
+                        listener = _listen(service)
+            except Exception:
+                log.warning("lost the change notifications; polling", exc_info=True)
+                if listener is not None:
+                    listener.close()
+                listener = None
+            try:
+                if changed:
+                    _invalidate(fs.refresh())
+                fs.promote_temporaries()
+            except Exception:
+                log.exception("watching for changes failed; retrying")
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _listen(service: MemoryService) -> Listener | None:
+    try:
+        return service.listen_for_changes()
+    except Exception:
+        log.debug("cannot listen for change notifications; polling", exc_info=True)
+        return None
 
 
 async def _checkpoint(service: MemoryService) -> None:

@@ -70,9 +70,11 @@ from mnemofs.paths import (
     validate_prefix,
 )
 from mnemofs.store.engine import Engine
-from mnemofs.store.sql import Database, Tx
+from mnemofs.store.sql import Database, Listener, Tx
 
 T = TypeVar("T")
+
+CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
 
 _MEMORY_COLS = (
     "id, store_id, path, content_sha256, size_bytes, created_at, updated_at, head_version_id"
@@ -334,12 +336,25 @@ class MemoryService:
             sql += " AND memory_count < :max"
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
         if tx.run(sql, params) == 1:
+            self._notify(tx, store_id)
             return
         row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
         raise StoreFull(
             f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
             f"memories, the limit; cannot create {room_for!r}"
         )
+
+    @staticmethod
+    def _notify(tx: Tx, store_id: str) -> None:
+        """Tell listening mounts (PostgreSQL) that the store changed; sent at commit, once per
+        transaction however often it is called."""
+        if tx.dialect == "postgresql":
+            tx.run(f"SELECT pg_notify('{CHANGES_CHANNEL}', :store)", {"store": store_id})
+
+    def listen_for_changes(self) -> Listener | None:
+        """A listener woken when any store changes (PostgreSQL); None where the database has no
+        notifications (SQLite: watch ``data_version`` instead)."""
+        return self.db.listener(CHANGES_CHANNEL)
 
     def resolve_store(self, ref: str) -> StoreId:
         """A store id from a ``memstore_`` id or an exact store name."""
@@ -409,6 +424,7 @@ class MemoryService:
                  "description": row.description if description is None else description,
                  "now": utc_now(), "id": store_id},
             )  # fmt: skip
+            self._notify(tx, store_id)
             return _store(self._store_row(tx, store_id))
 
         return self._write(run)
@@ -424,6 +440,7 @@ class MemoryService:
                     "WHERE id = :id",
                     {"now": utc_now(), "id": store_id},
                 )
+                self._notify(tx, store_id)
             return _store(self._store_row(tx, store_id))
 
         return self._write(run)

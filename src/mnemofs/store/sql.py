@@ -154,6 +154,15 @@ class Database:
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
 
+    def listener(self, channel: str) -> Listener | None:
+        """A connection that hears ``NOTIFY channel`` (PostgreSQL); None elsewhere."""
+        if self.dialect != "postgresql":
+            return None
+        conn = self.engine.connect()
+        conn.autocommit = True
+        conn.execute(f"LISTEN {channel}")
+        return Listener(conn)
+
     def close(self) -> None:
         """Give every thread's connection back (call when done with the service)."""
         with self._lock:
@@ -217,6 +226,24 @@ class Database:
         conn = getattr(self._local, "conn", None)
         broken = conn is None or bool(getattr(conn, "closed", False))
         return broken, broken
+
+
+class Listener:
+    """Notifications on one PostgreSQL connection: wait until ``fileno()`` is readable, then
+    ``drain()``; the payloads of notifications sent together arrive once."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def fileno(self) -> int:
+        return int(self._conn.fileno())
+
+    def drain(self) -> set[str]:
+        return {n.payload for n in self._conn.notifies(timeout=0)}
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self._conn.close()
 
 
 def _first_line(exc: Exception) -> str:
