@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Literal
 
 from mnemofs import limits
-from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.errors import Conflict, MnemofsError, NotFound
 from mnemofs.models import Memory, Session, StoreId
 from mnemofs.paths import validate_path
 from mnemofs.store import MemoryService, decode_content
@@ -497,8 +497,18 @@ class MemoryFs:
                 except NotFound:
                     memory = None  # deleted elsewhere meanwhile: save it again as new
             if memory is None:
-                memory = self.service.create_memory(mount.store_id, path, content, actor=self.actor)
-                mount.count += 1
+                try:
+                    memory = self.service.create_memory(
+                        mount.store_id, path, content, actor=self.actor
+                    )
+                    mount.count += 1
+                except Conflict:
+                    # Another mount created this path meanwhile: on a shared filesystem both
+                    # opened the same file, so this save is its next version (last one wins).
+                    existing = self.service.find_memory(mount.store_id, path)
+                    memory = self.service.update_memory(
+                        mount.store_id, existing.id, content=content, actor=self.actor
+                    )
         except (MnemofsError, FsError):
             self._undo_failed_save(node)
             raise
@@ -833,6 +843,11 @@ class MemoryFs:
             return out
         if node is None:
             existing = self._lookup_path(mount, memory.path)
+            if existing is not None and not existing.is_dir and existing.file is not None:
+                # Our own file at that path is open or unsaved: it becomes that memory, and our
+                # content wins at its save (the last commit is the head; nothing is lost).
+                self._apply_memory(existing, memory)
+                return out
             if existing is not None:
                 out.append(Invalidation("entry", existing.parent.ino, existing.name))  # type: ignore[union-attr]
                 self._detach(existing)

@@ -128,17 +128,25 @@ def _record(path: Path, root: str, session: Session) -> Iterator[None]:
             path.unlink()
 
 
-def _invalidate(items: list[Invalidation]) -> None:
+async def _invalidate(items: list[Invalidation]) -> None:
+    """Drop kernel caches. Entries go through pyfuse3's own queue; inodes are invalidated from
+    a worker thread, never from the trio thread: the kernel may first need an answer to a
+    request on that very inode (a writer holding its pages), which only this loop can give."""
+    inodes = [item.ino for item in items if item.kind == "inode"]
     for item in items:
+        if item.kind == "entry":
+            pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name), ignore_enoent=True)
+    if inodes:
+        await trio.to_thread.run_sync(_invalidate_inodes, inodes)
+
+
+def _invalidate_inodes(inodes: list[int]) -> None:
+    for ino in inodes:
         try:
-            if item.kind == "inode":
-                pyfuse3.invalidate_inode(item.ino)
-            else:
-                pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name),
-                                               ignore_enoent=True)  # fmt: skip
+            pyfuse3.invalidate_inode(ino)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                log.warning("cannot invalidate %s: %s", item, exc)
+                log.warning("cannot invalidate inode %d: %s", ino, exc)
 
 
 async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
@@ -173,7 +181,7 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
                 listener = None
             try:
                 if changed:
-                    _invalidate(fs.refresh())
+                    await _invalidate(fs.refresh())
                 fs.promote_temporaries()
             except Exception:
                 log.exception("watching for changes failed; retrying")
