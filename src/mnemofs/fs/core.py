@@ -502,10 +502,13 @@ class MemoryFs:
                         mount.store_id, path, content, actor=self.actor
                     )
                     mount.count += 1
-                except Conflict:
+                except Conflict as conflict:
                     # Another mount created this path meanwhile: on a shared filesystem both
                     # opened the same file, so this save is its next version (last one wins).
-                    existing = self.service.find_memory(mount.store_id, path)
+                    try:
+                        existing = self.service.find_memory(mount.store_id, path)
+                    except NotFound:  # a directory now, or under a file: a real conflict
+                        raise conflict from None
                     memory = self.service.update_memory(
                         mount.store_id, existing.id, content=content, actor=self.actor
                     )
@@ -843,7 +846,12 @@ class MemoryFs:
             return out
         if node is None:
             existing = self._lookup_path(mount, memory.path)
-            if existing is not None and not existing.is_dir and existing.file is not None:
+            if (
+                existing is not None
+                and not existing.is_dir
+                and existing.file is not None
+                and (existing.memory_id is None or existing.file.dirty)
+            ):
                 # Our own file at that path is open or unsaved: it becomes that memory, and our
                 # content wins at its save (the last commit is the head; nothing is lost).
                 self._apply_memory(existing, memory)
