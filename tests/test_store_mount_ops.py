@@ -8,6 +8,8 @@ from mnemofs import errors
 from mnemofs.models import Memory
 from mnemofs.store import MemoryService
 
+from .mounted import wait_for
+
 
 def tree(service: MemoryService, store_id: str) -> dict[str, str | None]:
     return {
@@ -114,19 +116,8 @@ def test_change_notifications(service: MemoryService, store_id: str) -> None:
         assert listener.drain() == set()
         mem = service.create_memory(store_id, "/x.md", "x")
         service.update_memory(store_id, mem.id, content="y")
-        assert wait_until(lambda: store_id in listener.drain())
+        assert wait_for(lambda: store_id in listener.drain())
         service.update_store(store_id, name="renamed")
-        assert wait_until(lambda: listener.drain() == {store_id})
+        assert wait_for(lambda: listener.drain() == {store_id})
     finally:
         listener.close()
-
-
-def wait_until(predicate: object, timeout: float = 2.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False

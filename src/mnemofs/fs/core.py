@@ -789,11 +789,11 @@ class MemoryFs:
         per_store_blocks = limits.MAX_MEMORIES_PER_STORE * limits.MAX_CONTENT_BYTES // 4096
         blocks = files = free_files = used_bytes = 0
         for mount in self.mounts:
-            count = sum(1 for _ in self._files(mount.root))
+            sizes = [n.current_size for n in self._files(mount.root)]
             blocks += per_store_blocks
             files += limits.MAX_MEMORIES_PER_STORE
-            free_files += max(0, limits.MAX_MEMORIES_PER_STORE - count)
-            used_bytes += sum(n.current_size for n in self._files(mount.root))
+            free_files += max(0, limits.MAX_MEMORIES_PER_STORE - len(sizes))
+            used_bytes += sum(sizes)
         return blocks, max(0, blocks - used_bytes // 4096), files, free_files
 
     def _files(self, node: Node | None) -> Iterator[Node]:

@@ -26,8 +26,7 @@ import trio
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
 from mnemofs.models import Session
-from mnemofs.store import MemoryService
-from mnemofs.store.sql import Listener
+from mnemofs.store import Listener, MemoryService
 
 log = logging.getLogger("mnemofs.mount")
 

@@ -73,8 +73,7 @@ class Engine:
         try:
             if self.dialect == "sqlite":
                 return _sqlite_connection(self.sqlite_path)
-            conn = self.driver.connect(_libpq_uri(self.url), autocommit=False)
-            return conn
+            return self.driver.connect(_libpq_uri(self.url), autocommit=False)
         except self.driver.Error as exc:
             raise Unavailable(f"cannot open the database {self.safe_url}: {exc}") from exc
 

@@ -669,8 +669,13 @@ class MemoryService:
             return _memory(row, row.content)
         operation: Operation = "renamed" if new_path != row.path else "modified"
         now = utc_now()
-        sha = row.content_sha256 if new_content == row.content else sha256_hex(new_content)
-        size = len(new_content.encode())
+        encoded = new_content.encode()
+        sha = (
+            row.content_sha256
+            if new_content == row.content
+            else hashlib.sha256(encoded).hexdigest()
+        )
+        size = len(encoded)
         version_id = self._write_version(
             tx, store_id=store_id, memory_id=row.id, operation=operation, path=new_path,
             content=new_content, sha=sha, size=size, now=now, actor=actor,
