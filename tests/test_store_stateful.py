@@ -145,6 +145,10 @@ def machine_for(make_service: Callable[[], MemoryService]) -> type[RuleBasedStat
             }
             assert heads <= {v.id for v in versions}
 
+        def teardown(self) -> None:
+            report = self.service.check(self.store)
+            assert report.problems == []
+
     return StoreMachine
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -115,3 +116,33 @@ def test_prune_is_configurable(service: MemoryService, store_id: str) -> None:
     for bad in ({"keep_last": 0}, {"older_than_days": -1}):
         with pytest.raises(errors.InvalidRequest):
             service.prune_versions(store_id, **bad)  # type: ignore[arg-type]
+
+
+def test_check_finds_what_is_wrong(service: MemoryService, store_id: str) -> None:
+    a = service.create_memory(store_id, "/a.md", "alpha")
+    service.update_memory(store_id, a.id, content="alpha 2")
+    b = service.create_memory(store_id, "/d/b.md", "beta")
+    service.delete_memory(store_id, b.id)
+    old = service.create_memory(store_id, "/old.md", "old")
+    service.update_memory(store_id, old.id, content="old 2")
+    service.redact_version(store_id, list(service.list_versions(store_id, memory_id=old.id))[-1].id)
+    report = service.check()
+    assert report.problems == []
+    assert (report.stores, report.memories, report.versions) == (1, 2, 6)
+
+    def corrupt(tx: Any) -> None:
+        tx.run("UPDATE memories SET content = 'changed behind our back' WHERE id = :id",
+               {"id": a.id})  # fmt: skip
+        tx.run("UPDATE memory_stores SET memory_count = 7 WHERE id = :id", {"id": store_id})
+        tx.run("DELETE FROM memory_versions WHERE memory_id = :id AND operation = 'deleted'",
+               {"id": b.id})  # fmt: skip
+
+    service.db.run(corrupt, write=True)
+    problems = service.check(store_id).problems
+    assert len(problems) == 4, problems
+    assert "memory_count is 7 but it holds 2 memories" in problems[0]
+    assert "'/d/b.md': its newest version is 'created', not a deletion" in problems[1]
+    assert f"memory {a.id} at '/a.md': content does not match its SHA-256" in problems[2]
+    assert "size_bytes is 7 but the content has 23 bytes" in problems[3]
+    with pytest.raises(errors.NotFound):
+        service.check("memstore_nope")

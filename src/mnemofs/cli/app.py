@@ -589,6 +589,30 @@ def db_upgrade(ctx: Context) -> None:
     emit(ctx, {"upgraded": True}, lambda: click.echo("database schema is up to date"))
 
 
+@db.command("check")
+@click.option("--store", metavar="STORE", help="Check only this store.")
+@pass_ctx
+def db_check(ctx: Context, store: str | None) -> None:
+    """Check the database against mnemofs' rules (read-only); exit 1 on any problem.
+
+    Counts, heads, hashes and sizes of every memory and version, and on SQLite the file's own
+    integrity_check. Run it after a crash or a hand edit.
+    """
+    report = ctx.service.check(ctx.store(store) if store else None)
+    summary = (f"{report.stores} stores, {report.memories} memories, "
+               f"{report.versions} versions checked")  # fmt: skip
+
+    def table() -> None:
+        for problem in report.problems:
+            click.echo(problem)
+        click.echo(f"{'ok' if report.ok else f'{len(report.problems)} problems'}: {summary}")
+
+    emit(ctx, {"ok": report.ok, "stores": report.stores, "memories": report.memories,
+               "versions": report.versions, "problems": report.problems}, table)  # fmt: skip
+    if not report.ok:
+        sys.exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: run the CLI, turning domain errors into one line and an exit code."""
     try:

@@ -69,6 +69,7 @@ from mnemofs.paths import (
     validate_path,
     validate_prefix,
 )
+from mnemofs.store.check import CheckReport, check
 from mnemofs.store.engine import Engine
 from mnemofs.store.sql import Database, Listener, Tx
 
@@ -1197,6 +1198,12 @@ class MemoryService:
                 )
             ]
         )
+
+    def check(self, store_id: str | None = None) -> CheckReport:
+        """Check the database (or one store) against the rules, read-only (see ``check.py``)."""
+        if store_id is not None:
+            self.get_store(store_id)
+        return self._read(lambda tx: check(tx, store_id))
 
     def defer_checkpoints(self) -> None:
         """For a long-lived writer (a mount): keep WAL checkpoints out of its commits; it then

@@ -1,0 +1,168 @@
+"""The consistency check behind ``mnemofs db check``: is the database what the rules promise?
+
+After a crash, a power cut or a hand edit, an admin wants one answer: is every store exactly as
+its committed history says? This module checks, read-only, in one transaction:
+
+- the database engine's own view (SQLite ``integrity_check`` and ``foreign_key_check``);
+- every store's ``memory_count`` against its rows;
+- every live memory's head: it exists, belongs to it, is its newest version, is not a
+  deletion, and carries the memory's path and content;
+- every stored hash against its content (memories and versions), and every size;
+- no memory whose newest version is not a deletion has gone missing;
+- no path is both a memory and a directory.
+
+A problem is one line naming what is wrong and where; an empty list means clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from mnemofs.store.sql import Tx
+
+_BATCH = 500
+
+
+@dataclass
+class CheckReport:
+    stores: int = 0
+    memories: int = 0
+    versions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check(tx: Tx, store_id: str | None = None) -> CheckReport:
+    """Check the whole database, or one store (``store_id``)."""
+    report = CheckReport()
+    problems = report.problems
+    where = "" if store_id is None else " WHERE store_id = :store"
+    scope = {"store": store_id}
+
+    if tx.dialect == "sqlite" and store_id is None:
+        rows = [r[0] for r in tx.all("PRAGMA integrity_check")]
+        if rows != ["ok"]:
+            problems.extend(f"sqlite integrity_check: {r}" for r in rows)
+        for r in tx.all("PRAGMA foreign_key_check"):
+            problems.append(f"sqlite foreign_key_check: row {r[1]} of {r[0]} points nowhere")
+
+    store_where = "" if store_id is None else " WHERE s.id = :store"
+    for row in tx.all(
+        "SELECT s.id, s.memory_count, COUNT(m.id) AS actual FROM memory_stores s "
+        f"LEFT JOIN memories m ON m.store_id = s.id{store_where} "
+        "GROUP BY s.id, s.memory_count",
+        scope,
+    ):
+        report.stores += 1
+        if row.memory_count != row.actual:
+            problems.append(
+                f"store {row.id}: memory_count is {row.memory_count} but it holds "
+                f"{row.actual} memories"
+            )
+
+    for row in tx.all(
+        "SELECT m.id, m.path, m.head_version_id, v.memory_id AS v_memory, v.path AS v_path, "
+        "v.operation, v.content_sha256 AS v_sha, m.content_sha256 AS m_sha, "
+        "(SELECT w.id FROM memory_versions w WHERE w.memory_id = m.id "
+        " ORDER BY w.seq DESC LIMIT 1) AS newest "
+        "FROM memories m LEFT JOIN memory_versions v ON v.id = m.head_version_id"
+        + ("" if store_id is None else " WHERE m.store_id = :store"),
+        scope,
+    ):
+        what = f"memory {row.id} at {row.path!r}"
+        if row.v_memory is None:
+            problems.append(f"{what}: head version {row.head_version_id} does not exist")
+            continue
+        if row.v_memory != row.id:
+            problems.append(f"{what}: head version {row.head_version_id} is another memory's")
+        if row.newest != row.head_version_id:
+            problems.append(f"{what}: head is {row.head_version_id} but newest is {row.newest}")
+        if row.operation == "deleted":
+            problems.append(f"{what}: head version {row.head_version_id} is a deletion")
+        if row.v_path != row.path:
+            problems.append(f"{what}: head version says path {row.v_path!r}")
+        if row.v_sha != row.m_sha:
+            problems.append(f"{what}: head version's content differs from the memory's")
+
+    for row in tx.all(
+        "SELECT v.memory_id, v.path, v.operation FROM memory_versions v "
+        "WHERE v.seq = (SELECT MAX(w.seq) FROM memory_versions w WHERE w.memory_id = v.memory_id) "
+        "AND v.operation <> 'deleted' AND NOT EXISTS "
+        "(SELECT 1 FROM memories m WHERE m.id = v.memory_id)"
+        + ("" if store_id is None else " AND v.store_id = :store"),
+        scope,
+    ):
+        problems.append(
+            f"memory {row.memory_id} at {row.path!r}: its newest version is {row.operation!r}, "
+            "not a deletion, but the memory is gone"
+        )
+
+    for row in tx.all(
+        "SELECT a.store_id, a.path, b.path AS under FROM memories a JOIN memories b "
+        "ON b.store_id = a.store_id AND b.path > a.path || '/' AND b.path < a.path || '0'"
+        + ("" if store_id is None else " WHERE a.store_id = :store"),
+        scope,
+    ):
+        problems.append(
+            f"store {row.store_id}: {row.path!r} is a memory and also holds {row.under!r}"
+        )
+    for row in tx.all(
+        "SELECT d.store_id, d.path FROM directories d JOIN memories m "
+        "ON m.store_id = d.store_id AND m.path || '/' = d.path"
+        + ("" if store_id is None else " WHERE d.store_id = :store"),
+        scope,
+    ):
+        problems.append(f"store {row.store_id}: {row.path!r} is a directory and a memory")
+
+    # Hashes and sizes, in batches by key (content can be large; never load a table at once).
+    after = ""
+    while True:
+        rows = tx.all(
+            "SELECT id, path, content, content_sha256, size_bytes FROM memories "
+            f"WHERE id > :after{'' if store_id is None else ' AND store_id = :store'} "
+            f"ORDER BY id LIMIT {_BATCH}",
+            {"after": after, **scope},
+        )
+        for row in rows:
+            report.memories += 1
+            _check_content(problems, f"memory {row.id} at {row.path!r}", row.content,
+                           row.content_sha256, row.size_bytes)  # fmt: skip
+        if len(rows) < _BATCH:
+            break
+        after = rows[-1].id
+    seq = -1
+    while True:
+        rows = tx.all(
+            "SELECT seq, id, path, operation, content, content_sha256, size_bytes, redacted_at "
+            f"FROM memory_versions WHERE seq > :seq{where.replace(' WHERE', ' AND')} "
+            f"ORDER BY seq LIMIT {_BATCH}",
+            {"seq": seq, **scope},
+        )
+        for row in rows:
+            report.versions += 1
+            what = f"version {row.id} ({row.operation} {row.path!r})"
+            if row.content is None:
+                if row.content_sha256 is not None:
+                    problems.append(f"{what}: a hash but no content")
+                if row.operation != "deleted" and row.redacted_at is None:
+                    problems.append(f"{what}: no content, yet neither deleted nor redacted")
+                continue
+            _check_content(problems, what, row.content, row.content_sha256, row.size_bytes)
+        if len(rows) < _BATCH:
+            break
+        seq = rows[-1].seq
+    return report
+
+
+def _check_content(
+    problems: list[str], what: str, content: str, sha: str | None, size: int
+) -> None:
+    data = content.encode("utf-8", "surrogatepass")
+    if hashlib.sha256(data).hexdigest() != sha:
+        problems.append(f"{what}: content does not match its SHA-256")
+    if len(data) != size:
+        problems.append(f"{what}: size_bytes is {size} but the content has {len(data)} bytes")
