@@ -90,6 +90,8 @@ def test_temporary_files_stay_in_memory(fs: MemoryFs) -> None:
     write_file(fs, root, "sedAb12Cd", b"temp")
     assert "/sedAb12Cd" not in stored(fs)
     write_file(fs, root, "tmpabcd1234", b"kept")
+    fs.promote_temporaries()  # just closed: still in its grace period (found by the hammer)
+    assert "/tmpabcd1234" not in stored(fs)
     fs.unlink(root.ino, "sedAb12Cd")
     fs.promote_temporaries(now=10**12)  # long after the grace period
     assert stored(fs)["/tmpabcd1234"] == "kept"

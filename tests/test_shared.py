@@ -1,11 +1,10 @@
-"""Several mounts of one store, written at once: every acknowledged save is a version.
-
-(The first step of issue 4's shared-store work; the crash and server-restart tests come there.)
-"""
+"""Several mounts of one store and the CLI, written at once: every acknowledged save is a
+version, in commit order, and every mount shows the last one."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -70,4 +69,90 @@ def test_two_mounts_lose_no_save(engine: Engine, db_url: str, tmp_path: Path) ->
     assert set(both_saved) == both_acked  # none lost, none invented
     head = service.find_memory(store, "/both.md")
     assert head.content == both_saved[-1]  # the last commit is the head
+    service.close()
+
+
+# A hammer writer records, for every acknowledged save, the monotonic clock (one clock for
+# every process on the machine) just before it began and just after close() returned.
+HAMMER = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, time
+    kind, where, tag, shared, seconds = sys.argv[1:6]
+    stop = time.monotonic() + float(seconds)
+    out, i, made = [], 0, {"shared.md"}
+    while time.monotonic() < stop:
+        i += 1
+        name = "shared.md" if shared == "1" and i % 2 else f"{tag}-{i % 3}.md"
+        text = f"{tag} {i}\\n" + f"{tag}/{i} " * (i % 200) + "\\n"
+        began = time.monotonic()
+        if kind == "cli":
+            db, store = where.split(" ", 1)
+            base = [sys.executable, "-m", "mnemofs", "--db", db, "memories"]
+            verb = "update" if name in made else "create"
+            made.add(name)
+            cmd = [*base, verb, store, "/" + name, "--content", text]
+            subprocess.run(cmd, check=True, capture_output=True)
+        elif i % 3 == 0:  # the sed -i way: a temporary file renamed over the target
+            tmp = os.path.join(where, f".{name}.{i}.tmp")
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, os.path.join(where, name))
+        else:
+            with open(os.path.join(where, name), "w") as f:
+                f.write(text)
+        out.append([name, text, began, time.monotonic()])
+    print(json.dumps(out))
+    """
+)
+HAMMER_SECONDS = float(os.environ.get("MNEMOFS_HAMMER_SECONDS", "30"))
+
+
+def test_two_mounts_and_the_cli_hammer_one_store(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Hammered").id
+    service.create_memory(store, "/shared.md", "seed\n")
+    roots = [tmp_path / "m1", tmp_path / "m2"]
+    sessions = [
+        service.create_session([{"memory_store_id": store}], mount_root=str(r)) for r in roots
+    ]
+    with mounted(db_url, sessions[0].id, roots[0]), mounted(db_url, sessions[1].id, roots[1]):
+        # Per mount, one writer shares shared.md with the other mount and the CLI, one only
+        # writes its own files (two writers of one file in one mount share its buffer).
+        jobs = [("fs", str(root / "hammered"), f"m{m}w{w}", str(int(w == 0)))
+                for m, root in enumerate(roots) for w in range(2)]  # fmt: skip
+        jobs.append(("cli", f"{db_url} {store}", "cli", "1"))
+        procs = [
+            subprocess.Popen([sys.executable, "-c", HAMMER, *job, str(HAMMER_SECONDS)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for job in jobs
+        ]  # fmt: skip
+        outputs = [p.communicate(timeout=HAMMER_SECONDS + 120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * len(procs), [e[-2000:] for _, e in outputs]
+        acked = [tuple(save) for out, _ in outputs for save in json.loads(out)]
+
+        history = [
+            (v.path.lstrip("/"), service.get_version(store, v.id).content)
+            for v in reversed(list(service.list_versions(store)))  # commit order
+        ]
+        # Every acknowledged save is a version, and there is no other version.
+        assert history[0] == ("shared.md", "seed\n")
+        assert sorted(history[1:], key=str) == sorted(((n, t) for n, t, _, _ in acked), key=str)
+        # In commit order: a save acknowledged before another began committed first.
+        order = {(n, t): seq for seq, (n, t) in enumerate(history)}
+        by_commit = sorted(acked, key=lambda s: order[(s[0], s[1])])
+        later_end = float("inf")
+        for name, text, began, ended in reversed(by_commit):
+            assert later_end >= began, f"{name}: {text[:20]!r} committed after a later save"
+            later_end = min(later_end, ended)
+        # The last commit is the head, and both mounts show it.
+        heads = {name: text for name, text in history}
+        for name, text in heads.items():
+            assert service.find_memory(store, "/" + name).content == text
+            for root in roots:
+                assert wait_for(lambda r=root, n=name, t=text: (  # type: ignore[misc]
+                    (r / "hammered" / n).read_text() == t), timeout=2.0), (root, name)
+        print(f"hammer: {len(acked)} saves in {HAMMER_SECONDS:.0f} s")
+    assert service.check().problems == []
     service.close()

@@ -379,7 +379,7 @@ class MemoryFs:
             )
         node = self._new_node(name, parent, False)
         node.temporary = temporary
-        node.born = time.monotonic()
+        node.born = node.temp_since = time.monotonic()
         node.file = OpenFile(bytearray(), dirty=True, opens=1)
         node.lookups += 1
         return node, self._new_handle(node, True)
@@ -461,12 +461,11 @@ class MemoryFs:
         try:
             self.save(node)
         finally:
-            if of.opens == 0 and node.file is not None and not node.file.dirty:
-                if not node.temporary:
-                    self._cache(node, bytes(node.file.data))
-                    node.file = None
-                else:
-                    node.temp_since = time.monotonic()
+            if of.opens == 0 and node.temporary:
+                node.temp_since = time.monotonic()  # left alone from now: see TEMP_GRACE_S
+            elif of.opens == 0 and node.file is not None and not node.file.dirty:
+                self._cache(node, bytes(node.file.data))
+                node.file = None
             if node.unlinked and of.opens == 0:
                 node.file = None
                 self._forget_node(node)
