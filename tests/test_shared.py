@@ -151,8 +151,8 @@ def test_two_mounts_and_the_cli_hammer_one_store(
         for name, text in heads.items():
             assert service.find_memory(store, "/" + name).content == text
             for root in roots:
-                assert wait_for(lambda r=root, n=name, t=text: (  # type: ignore[misc]
-                    (r / "hammered" / n).read_text() == t), timeout=2.0), (root, name)
+                shown = root / "hammered" / name
+                assert wait_for(lambda f=shown, t=text: f.read_text() == t), (root, name)  # type: ignore[misc]
         print(f"hammer: {len(acked)} saves in {HAMMER_SECONDS:.0f} s")
     assert service.check().problems == []
     service.close()
