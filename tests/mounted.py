@@ -47,6 +47,7 @@ def require_fuse() -> None:
 class Daemon:
     process: subprocess.Popen[str]
     root: Path
+    log: Path
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.process.poll() is None:
@@ -66,17 +67,20 @@ def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[D
         root.mkdir(parents=True)
     argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "mount", "--session", session_id,
             "--root", str(root), "--foreground", *extra]  # fmt: skip
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
-    )
-    daemon = Daemon(process, root)
+    # The daemon's log goes to a file next to the mount point (a pipe nobody reads would
+    # block a daemon that logs much).
+    log = root.parent / f"{root.name}.daemon.log"
+    with open(log, "a") as stderr:
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=stderr, text=True, stdin=subprocess.DEVNULL
+        )
+    daemon = Daemon(process, root, log)
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         if not line.startswith("mnemofs: mounted"):
             process.wait(timeout=READY_TIMEOUT_S)
-            stderr = process.stderr.read() if process.stderr else ""
-            pytest.fail(f"mount did not start: {line!r} {stderr[-2000:]}")
+            pytest.fail(f"mount did not start: {line!r} {log.read_text()[-2000:]}")
         yield daemon
     finally:
         daemon.stop()

@@ -191,3 +191,20 @@ def test_directories_made_elsewhere_appear(fs: MemoryFs) -> None:
     root = store_root(fs)
     assert fs.lookup(root.ino, "x").is_dir
     assert fs.lookup(fs.lookup(root.ino, "y").ino, "z").is_dir
+
+
+def test_create_of_a_name_made_meanwhile_opens_it(fs: MemoryFs) -> None:
+    """The kernel sends CREATE when its cache says "absent"; another mount may have made the
+    file since. Without O_EXCL that is an open (and truncate) of that file, as on any
+    filesystem; with O_EXCL it is EEXIST."""
+    root = store_root(fs)
+    assert code(fs.create, root.ino, "a.md") == errno.EEXIST
+    node, fh = fs.create(root.ino, "a.md", exclusive=False, truncate=True)
+    assert node is fs.lookup(root.ino, "a.md")
+    assert fs.read(fh, 0, 100) == b""
+    fs.write(fh, 0, b"replaced")
+    fs.flush(fh)
+    fs.release(fh)
+    assert stored(fs)["/a.md"] == "replaced"
+    fs.mkdir(root.ino, "d")
+    assert code(fs.create, root.ino, "d", exclusive=False) == errno.EISDIR

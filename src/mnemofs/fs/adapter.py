@@ -213,8 +213,11 @@ class Adapter(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
         try:
             self._may_write(ctx, parent_inode, "create")
-            node, fh = self.fs.create(parent_inode, _name(name))
-            return pyfuse3.FileInfo(fh=fh, keep_cache=True), self.attrs(node)
+            node, fh = self.fs.create(parent_inode, _name(name), exclusive=bool(flags & os.O_EXCL),
+                                      truncate=bool(flags & os.O_TRUNC))  # fmt: skip
+            return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(node.ino)), self.attrs(
+                node
+            )
         except Exception as exc:
             raise fuse_error(exc, "create") from None
 

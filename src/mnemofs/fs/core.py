@@ -39,7 +39,7 @@ from typing import Literal
 
 from mnemofs import limits
 from mnemofs.errors import Conflict, MnemofsError, NotFound
-from mnemofs.models import Memory, Session, StoreId
+from mnemofs.models import Change, Memory, Session, StoreId
 from mnemofs.paths import validate_path
 from mnemofs.store import MemoryService, decode_content
 
@@ -99,6 +99,7 @@ class OpenFile:
     dirty: bool = False
     opens: int = 0
     failed: int = 0  # an errno a write hit (EFBIG): the next save refuses and rolls back
+    unknown: bool = False  # a failed save could not reload the saved bytes: do not cache these
 
 
 @dataclass(eq=False)
@@ -365,12 +366,21 @@ class MemoryFs:
         except KeyError:
             raise FsError(errno.EBADF, f"no open file {fh}") from None
 
-    def create(self, parent_ino: int, name: str) -> tuple[Node, int]:
+    def create(
+        self, parent_ino: int, name: str, *, exclusive: bool = True, truncate: bool = False
+    ) -> tuple[Node, int]:
+        """open(O_CREAT). The kernel asks only when it believes ``name`` absent, but another
+        mount may have made it since: without O_EXCL that is an open of the file it made."""
         parent = self.node(parent_ino)
         mount = self._writable(parent, "create")
         self._check_new_path(parent, name)
-        if name in parent.children:
-            raise FsError(errno.EEXIST, f"{name!r} exists")
+        existing = parent.children.get(name)
+        if existing is not None:
+            if exclusive:
+                raise FsError(errno.EEXIST, f"{name!r} exists")
+            fh = self.open(existing.ino, write=True, truncate=truncate)
+            existing.lookups += 1
+            return existing, fh
         temporary = bool(TEMP_NAME.match(name))
         if not temporary and self._store_full(mount):
             raise FsError(
@@ -464,7 +474,8 @@ class MemoryFs:
             if of.opens == 0 and node.temporary:
                 node.temp_since = time.monotonic()  # left alone from now: see TEMP_GRACE_S
             elif of.opens == 0 and node.file is not None and not node.file.dirty:
-                self._cache(node, bytes(node.file.data))
+                if not node.file.unknown:
+                    self._cache(node, bytes(node.file.data))
                 node.file = None
             if node.unlinked and of.opens == 0:
                 node.file = None
@@ -514,7 +525,7 @@ class MemoryFs:
         except (MnemofsError, FsError):
             self._undo_failed_save(node)
             raise
-        of.dirty = False
+        of.dirty = of.unknown = False
         self._apply_memory(node, memory)
         self._cache(node, bytes(of.data))
 
@@ -529,11 +540,13 @@ class MemoryFs:
                 self.vanished.append(Invalidation("entry", node.parent.ino, node.name))
             self._detach(node)
             return
-        self._content.pop(node.ino, None)
-        try:
-            node.file.data[:] = self._content_of(node)
-        except FsError:
-            node.file.data.clear()
+        saved = self._content.get(node.ino)  # the cache only ever holds saved content
+        if saved is None:
+            try:
+                saved = self._content_of(node)
+            except (FsError, MnemofsError):  # deleted meanwhile, or the database is gone
+                node.file.unknown = True  # not what is saved: never cache it at release
+        node.file.data[:] = saved or b""
 
     def fsync(self, fh: int) -> None:
         self.save(self._handle(fh).node)
@@ -768,6 +781,8 @@ class MemoryFs:
     def promote_temporaries(self, now: float | None = None) -> None:
         """Save temp-named files left alone for ``TEMP_GRACE_S`` as ordinary memories."""
         now = time.monotonic() if now is None else now
+        if self.service.unavailable is not None:
+            return  # a failed save would drop them; they wait for the database
         for node in list(self.nodes.values()):
             if not node.temporary or node.unlinked or node.file is None or node.file.opens:
                 continue
@@ -819,12 +834,27 @@ class MemoryFs:
             mount.count = state.memory_count
             if mount.root is not None:
                 out.append(Invalidation("inode", mount.root.ino))
+            latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
             for change in self.service.changes(mount.store_id, mount.last_seq, limit=100_000):
                 mount.last_seq = change.seq
-                if change.version.actor != self.actor:
-                    out += self._apply_change(mount, change.version.memory_id)
+                latest.pop(change.version.memory_id, None)
+                latest[change.version.memory_id] = change
+            for memory_id, change in latest.items():
+                if not self._knows(change):
+                    out += self._apply_change(mount, memory_id)
             out += self._sync_directories(mount)
         return out
+
+    def _knows(self, change: Change) -> bool:
+        """Is ``change`` one of ours that the tree already shows? (A save whose commit outcome
+        was unknown, or another mount of this same session, makes ours that it does not.)"""
+        version = change.version
+        if version.actor != self.actor:
+            return False
+        node = self.by_memory.get(version.memory_id)
+        if node is None:
+            return version.operation == "deleted"
+        return node.version_id == version.id
 
     def _apply_change(self, mount: StoreMount, memory_id: str) -> list[Invalidation]:
         out: list[Invalidation] = []
@@ -868,6 +898,7 @@ class MemoryFs:
         self._cache(node, content)
         if node.file is not None:
             node.file.data[:] = content
+            node.file.unknown = False
         out.append(Invalidation("inode", node.ino))
         return out
 

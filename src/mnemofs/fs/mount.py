@@ -23,6 +23,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from mnemofs.errors import Unavailable
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
 from mnemofs.models import Session
@@ -33,6 +34,7 @@ log = logging.getLogger("mnemofs.mount")
 POLL_INTERVAL_S = 0.25  # SQLite: changes made elsewhere show within this
 PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
 CHECKPOINT_INTERVAL_S = 1.0
+RECONNECT_INTERVAL_S = 0.5  # while the database is unreachable, try this often
 
 
 class MountError(Exception):
@@ -154,6 +156,8 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
     PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
     listening connection breaks we poll until it can be made again). On SQLite
     ``data_version`` tells within microseconds whether anyone else committed since last time.
+    While the database is unreachable, FUSE requests that need it fail at once with EIO and
+    this task tries to reach it from a worker thread; once back, it catches up on every change.
     """
     watched = {m.store_id for m in fs.mounts}
     listener = _listen(service)
@@ -161,32 +165,55 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
     try:
         while True:
             changed = True
-            try:
-                if listener is not None:
-                    with trio.move_on_after(PG_FALLBACK_S):
-                        await trio.lowlevel.wait_readable(listener.fileno())
-                        changed = bool(listener.drain() & watched)
-                else:
-                    await trio.sleep(POLL_INTERVAL_S)
-                    version = service.data_version()
-                    changed = version is None or version != seen
-                    seen = version
-                    if version is None:  # PostgreSQL without a listener: try again
-                        listener = _listen(service)
-            except Exception:
-                log.warning("lost the change notifications; polling", exc_info=True)
+            if service.unavailable is not None:
+                await _reconnect(service)
                 if listener is not None:
                     listener.close()
-                listener = None
+                listener = _listen(service)
+            else:
+                try:
+                    if listener is not None:
+                        with trio.move_on_after(PG_FALLBACK_S):
+                            await trio.lowlevel.wait_readable(listener.fileno())
+                            changed = bool(listener.drain() & watched)
+                    else:
+                        await trio.sleep(POLL_INTERVAL_S)
+                        version = service.data_version()
+                        changed = version is None or version != seen
+                        seen = version
+                        if version is None:  # PostgreSQL without a listener: try again
+                            listener = _listen(service)
+                except Exception as exc:
+                    log.warning("lost the change notifications (%s); polling", exc)
+                    if listener is not None:
+                        listener.close()
+                    listener = None
             try:
                 if changed:
                     await _invalidate(fs.refresh())
                 fs.promote_temporaries()
+            except Unavailable as exc:
+                log.warning("cannot look for changes: %s", exc)
             except Exception:
                 log.exception("watching for changes failed; retrying")
     finally:
         if listener is not None:
             listener.close()
+
+
+async def _reconnect(service: MemoryService) -> None:
+    """Wait until the database can be reached again, trying from a worker thread (a connect to
+    a vanished host can block for seconds; FUSE requests must not wait for it)."""
+    log.warning("database unreachable (%s); reconnecting in the background", service.unavailable)
+    started = time.monotonic()
+    while True:
+        await trio.sleep(RECONNECT_INTERVAL_S)
+        try:
+            await trio.to_thread.run_sync(service.probe, abandon_on_cancel=True)
+        except Unavailable:
+            continue
+        log.warning("database reachable again after %.1f s", time.monotonic() - started)
+        return
 
 
 def _listen(service: MemoryService) -> Listener | None:
@@ -241,6 +268,7 @@ def serve(
         raise MountError("/dev/fuse is missing: this machine cannot mount FUSE filesystems")
     prepare_root(options.root)
     service.defer_checkpoints()  # commits on this thread; a worker thread checkpoints
+    service.defer_reconnects()  # never block requests on an unreachable server
     fs = MemoryFs(service, session, actor=session.id)
     ops = Adapter(
         fs,

@@ -73,7 +73,8 @@ class Engine:
         try:
             if self.dialect == "sqlite":
                 return _sqlite_connection(self.sqlite_path)
-            return self.driver.connect(_libpq_uri(self.url), autocommit=False)
+            extra = _pg_defaults(self.url)
+            return self.driver.connect(_libpq_uri(self.url), autocommit=False, **extra)
         except self.driver.Error as exc:
             raise Unavailable(f"cannot open the database {self.safe_url}: {exc}") from exc
 
@@ -109,6 +110,22 @@ class Engine:
 
 def _libpq_uri(url: str) -> str:
     return "postgresql://" + url.partition("://")[2]
+
+
+# A server that vanishes from the network must not hang a mount: give up connecting after 5 s
+# and notice a dead peer within ~15 s (libpq's own defaults wait for the OS, hours). Ignored on
+# Unix sockets; a URL that sets any of these wins.
+PG_CONNECT_DEFAULTS = {
+    "connect_timeout": 5,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
+
+
+def _pg_defaults(url: str) -> dict[str, int]:
+    return {k: v for k, v in PG_CONNECT_DEFAULTS.items() if k not in url}
 
 
 def _configure_sqlite(conn: Any) -> None:

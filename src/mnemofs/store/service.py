@@ -1217,6 +1217,21 @@ class MemoryService:
         """A number that changes when another connection commits (SQLite); None elsewhere."""
         return self.db.data_version()
 
+    def defer_reconnects(self) -> None:
+        """For a process that must never wait on the network (a mount): while the database is
+        unreachable every call fails at once with ``Unavailable``; only ``probe`` (from a
+        background thread) reconnects."""
+        self.db.reconnect_by_probe = True
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the database is unreachable, or None while it is reachable."""
+        return self.db.unavailable
+
+    def probe(self) -> None:
+        """Try to reach the database again (blocking); ``Unavailable`` while it cannot be."""
+        self.db.probe()
+
     # -- sessions -------------------------------------------------------------------------------
 
     def create_session(

@@ -8,7 +8,16 @@ parameters (rewritten to ``%(name)s`` for psycopg), run on the driver's own conn
 
 Concurrency contract: a ``Database`` may be shared by threads; each thread gets its own
 connection (opened once and kept), and each ``transaction()`` runs on that connection alone.
-Nothing else is shared.
+Nothing else is shared but the "unreachable" state below.
+
+When the server goes away (PostgreSQL restarted, network gone): a broken connection is replaced
+at once and the transaction run again on the new one, unless it broke while committing — then
+nobody can say whether the change was kept, and the caller gets ``Unavailable`` (a mount's
+caller ``EIO``): an unknown outcome is never acknowledged. If no new connection can be made,
+the database is marked unreachable and calls fail fast with ``Unavailable`` instead of each
+waiting for a server that is not there; a new connection is tried at most every
+``RECONNECT_INTERVAL_S``, or — for a process that must never block on the network, a mount —
+only by ``probe()``, which it calls from a worker thread (``reconnect_by_probe``).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ T = TypeVar("T")
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _PG_RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _RETRIES = 8
+RECONNECT_INTERVAL_S = 0.5
 
 
 class Tx:
@@ -81,6 +91,9 @@ class Database:
         self._all: list[Any] = []
         self._lock = threading.Lock()
         self._driver_error: type[Exception] = engine.driver.Error
+        self._down: str | None = None  # why the database is unreachable, while it is
+        self._down_at = 0.0
+        self.reconnect_by_probe = False  # see the module docstring
 
     def sql(self, text: str) -> str:
         """``text`` in the driver's parameter style, cached."""
@@ -106,10 +119,45 @@ class Database:
         self._rows[sql] = make
         return make
 
+    @property
+    def unavailable(self) -> str | None:
+        """Why the database is unreachable, or None while it is reachable."""
+        return self._down
+
+    def probe(self) -> None:
+        """Try to reach the database (blocking); ``Unavailable`` while it still cannot be."""
+        try:
+            conn = self.engine.connect()
+        except Unavailable as exc:
+            self._mark_down(str(exc))
+            raise
+        try:
+            conn.cursor().execute("SELECT 1").fetchall()
+        except self._driver_error as exc:
+            self._mark_down(_first_line(exc))
+            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+        finally:
+            with suppress(Exception):
+                conn.close()
+        self._down = None
+
+    def _mark_down(self, why: str) -> None:
+        self._down = why
+        self._down_at = time.monotonic()
+
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self.engine.connect()
+            if self._down is not None and (
+                self.reconnect_by_probe or time.monotonic() - self._down_at < RECONNECT_INTERVAL_S
+            ):
+                raise Unavailable(f"the database is unreachable: {self._down}")
+            try:
+                conn = self.engine.connect()
+            except Unavailable as exc:
+                self._mark_down(str(exc))
+                raise
+            self._down = None
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
@@ -173,13 +221,14 @@ class Database:
         self._local = threading.local()
 
     @contextmanager
-    def _transaction(self, write: bool) -> Iterator[Tx]:
+    def _transaction(self, write: bool, state: list[bool]) -> Iterator[Tx]:
         dbapi = self._connection()
         cursor = dbapi.cursor()
         try:
             if self.dialect == "sqlite":
                 cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield Tx(self, cursor)
+            state.append(True)  # committing: from here a broken connection is an unknown outcome
             if self.dialect == "sqlite":
                 cursor.execute("COMMIT")
             else:
@@ -202,15 +251,26 @@ class Database:
         """``fn`` in one transaction, retried on transient failures (a busy SQLite file, a
         PostgreSQL serialization failure or deadlock, a connection that broke)."""
         delay = 0.005
+        replaced = False
         for attempt in range(_RETRIES):
+            committing: list[bool] = []
             try:
-                with self._transaction(write) as tx:
+                with self._transaction(write, committing) as tx:
                     return fn(tx)
             except self._driver_error as exc:
                 transient, broken = self._classify(exc)
                 if broken:
                     self._discard()
-                if not transient or attempt == _RETRIES - 1:
+                    if committing:
+                        raise Unavailable(
+                            "the connection to the database broke while committing; the change "
+                            f"may or may not have been kept ({_first_line(exc)})"
+                        ) from exc
+                    if not replaced:  # a connection from before a server restart: once more
+                        replaced = True
+                        continue
+                    self._mark_down(_first_line(exc))
+                if not transient or broken or attempt == _RETRIES - 1:
                     raise Unavailable(f"database error: {_first_line(exc)}") from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
@@ -224,7 +284,7 @@ class Database:
         if getattr(exc, "sqlstate", None) in _PG_RETRYABLE:
             return True, False
         conn = getattr(self._local, "conn", None)
-        broken = conn is None or bool(getattr(conn, "closed", False))
+        broken = conn is None or conn.closed or bool(getattr(conn, "broken", False))
         return broken, broken
 
 
