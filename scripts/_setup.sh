@@ -39,3 +39,27 @@ ensure_venv() {
   fi
   export PATH="$venv/bin:$PATH"
 }
+
+# A throwaway PostgreSQL cluster on a Unix socket in its own directory, stopped and removed
+# when the calling script exits. Exports MNEMOFS_TEST_PG_URL (database mnemofs_test). Durability
+# settings are off: these clusters hold nothing worth keeping.
+start_postgres() {
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  PG_DIR=$(mktemp -d /tmp/mnemofs-pg.XXXXXX)
+  PG_AS=()
+  if [ "$(id -u)" = 0 ]; then chown postgres: "$PG_DIR"; PG_AS=(runuser -u postgres --); fi
+  trap stop_postgres EXIT
+  log "starting PostgreSQL in $PG_DIR"
+  "${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U mnemofs -A trust -E UTF8 \
+    --locale=C.UTF-8 >/dev/null
+  "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w -o \
+    "-k $PG_DIR -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    start >/dev/null
+  "${PG_AS[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -U mnemofs mnemofs_test
+  export MNEMOFS_TEST_PG_URL="postgresql+psycopg://mnemofs@/mnemofs_test?host=$PG_DIR"
+}
+
+stop_postgres() {
+  "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$PG_DIR"
+}

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import select
+import time
+from pathlib import Path
+
 import pytest
 
 from mnemofs import errors
+from mnemofs.fs.watch import FileWatch
 from mnemofs.models import Memory
-from mnemofs.store import MemoryService
+from mnemofs.store import MemoryService, make_engine
 
 from .mounted import wait_for
 
@@ -112,12 +117,37 @@ def test_change_notifications(service: MemoryService, store_id: str) -> None:
         assert service.data_version() != before
         return
     assert listener is not None
+    other = MemoryService(service.engine, actor="cli")
     try:
         assert listener.drain() == set()
-        mem = service.create_memory(store_id, "/x.md", "x")
-        service.update_memory(store_id, mem.id, content="y")
+        mem = other.create_memory(store_id, "/x.md", "x")
+        other.update_memory(store_id, mem.id, content="y")
         assert wait_for(lambda: store_id in listener.drain())
-        service.update_store(store_id, name="renamed")
+        other.update_store(store_id, name="renamed")
         assert wait_for(lambda: listener.drain() == {store_id})
+        # The listener's own service's changes are not news to it (a mount shows its saves).
+        service.update_memory(store_id, mem.id, content="z")
+        time.sleep(0.2)
+        assert listener.drain() == set()
     finally:
         listener.close()
+        other.close()
+
+
+def test_commit_files_hear_every_sqlite_commit(tmp_path: Path) -> None:
+    """A mount on SQLite is woken by inotify on the files every commit writes."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'w.db'}"), actor="a")
+    store = service.create_store("Watched").id
+    watch = FileWatch(service.commit_files())
+    try:
+        watch.drain()  # whatever the setup wrote
+        assert select.select([watch], [], [], 0)[0] == []
+        other = MemoryService(service.engine, actor="b")
+        other.create_memory(store, "/x.md", "x")
+        other.close()
+        assert select.select([watch], [], [], 1.0)[0] == [watch]
+        assert watch.drain() is True
+        assert watch.drain() is False
+    finally:
+        watch.close()
+        service.close()

@@ -26,12 +26,20 @@ import trio
 from mnemofs.errors import Unavailable
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
+from mnemofs.fs.watch import FileWatch
 from mnemofs.models import Session
 from mnemofs.store import Listener, MemoryService
 
 log = logging.getLogger("mnemofs.mount")
 
-POLL_INTERVAL_S = 0.25  # SQLite: changes made elsewhere show within this
+POLL_INTERVAL_S = 0.25  # SQLite without inotify: changes made elsewhere show within this
+SQLITE_FALLBACK_S = 1.0  # SQLite with inotify: a look even if nothing was heard
+# After a commit is heard, wait this long since the last look before looking again: an
+# isolated change shows at once, a burst of them costs each mount at most 1/LOOK_INTERVAL_S
+# refreshes a second (measured with 4 mounts on 2 cores: looking after every commit took 40%
+# of the writers' throughput).
+LOOK_INTERVAL_S = 0.05
+PROMOTE_INTERVAL_S = 0.25  # how often temp files left alone are looked at
 PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
 CHECKPOINT_INTERVAL_S = 1.0
 RECONNECT_INTERVAL_S = 0.5  # while the database is unreachable, try this often
@@ -154,14 +162,19 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
     """Notice changes made elsewhere and temp files left alone; drop what the kernel cached.
 
     PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
-    listening connection breaks we poll until it can be made again). On SQLite
-    ``data_version`` tells within microseconds whether anyone else committed since last time.
-    While the database is unreachable, FUSE requests that need it fail at once with EIO and
-    this task tries to reach it from a worker thread; once back, it catches up on every change.
+    listening connection breaks we poll until it can be made again). On SQLite inotify wakes
+    us when any process writes the database's files, and ``data_version`` then tells within
+    microseconds whether someone else committed (without inotify: a look every
+    ``POLL_INTERVAL_S``). While the database is unreachable, FUSE requests that need it fail at
+    once with EIO and this task tries to reach it from a worker thread; once back, it catches
+    up on every change.
     """
     watched = {m.store_id for m in fs.mounts}
     listener = _listen(service)
+    commits = _watch_commits(service) if listener is None else None
     seen = service.data_version()
+    promoted = time.monotonic()
+    looked = trio.current_time()
     try:
         while True:
             changed = True
@@ -175,9 +188,16 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
                     if listener is not None:
                         with trio.move_on_after(PG_FALLBACK_S):
                             await trio.lowlevel.wait_readable(listener.fileno())
+                            await trio.sleep_until(looked + LOOK_INTERVAL_S)
                             changed = bool(listener.drain() & watched)
                     else:
-                        await trio.sleep(POLL_INTERVAL_S)
+                        if commits is not None:
+                            with trio.move_on_after(SQLITE_FALLBACK_S):
+                                await trio.lowlevel.wait_readable(commits.fileno())
+                                await trio.sleep_until(looked + LOOK_INTERVAL_S)
+                                commits.drain()
+                        else:
+                            await trio.sleep(POLL_INTERVAL_S)
                         version = service.data_version()
                         changed = version is None or version != seen
                         seen = version
@@ -188,10 +208,13 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
                     if listener is not None:
                         listener.close()
                     listener = None
+            looked = trio.current_time()
             try:
                 if changed:
                     await _invalidate(fs.refresh())
-                fs.promote_temporaries()
+                if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
+                    promoted = time.monotonic()
+                    fs.promote_temporaries()
             except Unavailable as exc:
                 log.warning("cannot look for changes: %s", exc)
             except Exception:
@@ -199,6 +222,19 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
     finally:
         if listener is not None:
             listener.close()
+        if commits is not None:
+            commits.close()
+
+
+def _watch_commits(service: MemoryService) -> FileWatch | None:
+    files = service.commit_files()
+    if not files:
+        return None
+    try:
+        return FileWatch(files)
+    except OSError as exc:
+        log.info("no inotify (%s): looking for changes every %.2f s", exc, POLL_INTERVAL_S)
+        return None
 
 
 async def _reconnect(service: MemoryService) -> None:

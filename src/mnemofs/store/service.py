@@ -335,9 +335,10 @@ class MemoryService:
         )
         if room_for is not None:
             sql += " AND memory_count < :max"
+        if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
+            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id)"
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
         if tx.run(sql, params) == 1:
-            self._notify(tx, store_id)
             return
         row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
         raise StoreFull(
@@ -1216,6 +1217,10 @@ class MemoryService:
     def data_version(self) -> int | None:
         """A number that changes when another connection commits (SQLite); None elsewhere."""
         return self.db.data_version()
+
+    def commit_files(self) -> list[str]:
+        """Files every commit writes (SQLite), for a mount to watch; empty on PostgreSQL."""
+        return self.db.commit_files()
 
     def defer_reconnects(self) -> None:
         """For a process that must never wait on the network (a mount): while the database is
