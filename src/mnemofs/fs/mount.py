@@ -208,9 +208,12 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
                     if listener is not None:
                         listener.close()
                     listener = None
-            looked = trio.current_time()
             try:
                 if changed:
+                    # Only a look that found news counts toward LOOK_INTERVAL_S: a commit is
+                    # heard at its first write, often before it is visible, and the look that
+                    # finds nothing is microseconds; its last write is heard again.
+                    looked = trio.current_time()
                     await _invalidate(fs.refresh())
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
                     promoted = time.monotonic()
