@@ -118,7 +118,10 @@ def test_prune_is_configurable(service: MemoryService, store_id: str) -> None:
             service.prune_versions(store_id, **bad)  # type: ignore[arg-type]
 
 
-def test_check_finds_what_is_wrong(service: MemoryService, store_id: str) -> None:
+def test_check_finds_what_is_wrong(
+    service: MemoryService, store_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mnemofs.store.check._BATCH", 2)  # several batches of each table
     a = service.create_memory(store_id, "/a.md", "alpha")
     service.update_memory(store_id, a.id, content="alpha 2")
     b = service.create_memory(store_id, "/d/b.md", "beta")

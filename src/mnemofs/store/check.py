@@ -17,7 +17,9 @@ A problem is one line naming what is wrong and where; an empty list means clean.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from mnemofs.store.sql import Tx
 
@@ -40,7 +42,6 @@ def check(tx: Tx, store_id: str | None = None) -> CheckReport:
     """Check the whole database, or one store (``store_id``)."""
     report = CheckReport()
     problems = report.problems
-    where = "" if store_id is None else " WHERE store_id = :store"
     scope = {"store": store_id}
 
     if tx.dialect == "sqlite" and store_id is None:
@@ -119,43 +120,41 @@ def check(tx: Tx, store_id: str | None = None) -> CheckReport:
         problems.append(f"store {row.store_id}: {row.path!r} is a directory and a memory")
 
     # Hashes and sizes, in batches by key (content can be large; never load a table at once).
-    after = ""
+    also = "" if store_id is None else " AND store_id = :store"
+    for row in _batches(tx, "id, path, content, content_sha256, size_bytes", "memories", "id",
+                        "", also, scope):  # fmt: skip
+        report.memories += 1
+        _check_content(problems, f"memory {row.id} at {row.path!r}", row.content,
+                       row.content_sha256, row.size_bytes)  # fmt: skip
+    columns = "seq, id, path, operation, content, content_sha256, size_bytes, redacted_at"
+    for row in _batches(tx, columns, "memory_versions", "seq", -1, also, scope):
+        report.versions += 1
+        what = f"version {row.id} ({row.operation} {row.path!r})"
+        if row.content is None:
+            if row.content_sha256 is not None:
+                problems.append(f"{what}: a hash but no content")
+            if row.operation != "deleted" and row.redacted_at is None:
+                problems.append(f"{what}: no content, yet neither deleted nor redacted")
+            continue
+        _check_content(problems, what, row.content, row.content_sha256, row.size_bytes)
+    return report
+
+
+def _batches(
+    tx: Tx, columns: str, table: str, key: str, start: object, also: str, scope: dict[str, Any]
+) -> Iterator[Any]:
+    """Every row of ``table`` (``also``: more conditions), _BATCH at a time in ``key`` order."""
+    after = start
     while True:
         rows = tx.all(
-            "SELECT id, path, content, content_sha256, size_bytes FROM memories "
-            f"WHERE id > :after{'' if store_id is None else ' AND store_id = :store'} "
-            f"ORDER BY id LIMIT {_BATCH}",
+            f"SELECT {columns} FROM {table} WHERE {key} > :after{also} "
+            f"ORDER BY {key} LIMIT {_BATCH}",
             {"after": after, **scope},
         )
-        for row in rows:
-            report.memories += 1
-            _check_content(problems, f"memory {row.id} at {row.path!r}", row.content,
-                           row.content_sha256, row.size_bytes)  # fmt: skip
+        yield from rows
         if len(rows) < _BATCH:
-            break
-        after = rows[-1].id
-    seq = -1
-    while True:
-        rows = tx.all(
-            "SELECT seq, id, path, operation, content, content_sha256, size_bytes, redacted_at "
-            f"FROM memory_versions WHERE seq > :seq{where.replace(' WHERE', ' AND')} "
-            f"ORDER BY seq LIMIT {_BATCH}",
-            {"seq": seq, **scope},
-        )
-        for row in rows:
-            report.versions += 1
-            what = f"version {row.id} ({row.operation} {row.path!r})"
-            if row.content is None:
-                if row.content_sha256 is not None:
-                    problems.append(f"{what}: a hash but no content")
-                if row.operation != "deleted" and row.redacted_at is None:
-                    problems.append(f"{what}: no content, yet neither deleted nor redacted")
-                continue
-            _check_content(problems, what, row.content, row.content_sha256, row.size_bytes)
-        if len(rows) < _BATCH:
-            break
-        seq = rows[-1].seq
-    return report
+            return
+        after = getattr(rows[-1], key)
 
 
 def _check_content(
