@@ -63,3 +63,40 @@ stop_postgres() {
   "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1 || true
   rm -rf "$PG_DIR"
 }
+
+# Container tests: podman (with runc) builds and runs the Dockerfile from a local Debian base
+# image made with debootstrap from this machine's own apt mirror (there is no registry to pull
+# from). The base is imported once as $MNEMOFS_BASE_IMAGE and kept in podman's image store, so
+# later runs take seconds. MNEMOFS_SKIP_CONTAINERS=1 skips all of this (a developer's choice).
+MNEMOFS_BASE_IMAGE=${MNEMOFS_BASE_IMAGE:-localhost/mnemofs-base:bookworm}
+ensure_container_tools() {
+  local need=() tool
+  for tool in podman:podman runc:runc debootstrap:debootstrap; do
+    command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing Debian packages: ${need[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${need[@]}" >/dev/null
+  fi
+}
+
+ensure_base_image() {
+  if podman image exists "$MNEMOFS_BASE_IMAGE"; then
+    export MNEMOFS_BASE_IMAGE
+    return
+  fi
+  local suite mirror rootfs
+  suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  [ -n "$mirror" ] || mirror=$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list)
+  rootfs=$(mktemp -d /tmp/mnemofs-rootfs.XXXXXX)
+  log "building the base image $MNEMOFS_BASE_IMAGE with debootstrap ($suite)"
+  as_root debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    "$suite" "$rootfs" "$mirror" >/dev/null
+  as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  as_root tar -C "$rootfs" -c . | podman import - "$MNEMOFS_BASE_IMAGE" >/dev/null
+  as_root rm -rf "$rootfs"
+  export MNEMOFS_BASE_IMAGE
+}

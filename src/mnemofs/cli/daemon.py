@@ -93,7 +93,7 @@ def stop(root: str) -> None:
         if mount.pid_alive(pid):
             raise click.ClickException(f"daemon {pid} did not stop within {STOP_TIMEOUT_S:.0f} s")
         return
-    if mount.is_mountpoint(root):
+    if mount.mount_type(root) == "fuse.mnemofs":  # a dead daemon's mount; leave any other
         mount.lazy_unmount(root)
         return
     raise NotFound(f"nothing is mounted at {root}")

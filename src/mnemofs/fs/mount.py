@@ -91,17 +91,21 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_mountpoint(root: str) -> bool:
+def mount_type(root: str) -> str | None:
+    """The filesystem type of the topmost mount at ``root`` (``fuse.mnemofs`` for ours), or
+    None if nothing is mounted there."""
     target = os.path.realpath(root)
+    found = None
     try:
         with open("/proc/self/mountinfo") as mounts:
-            for line in mounts:
+            for line in mounts:  # later lines are mounted on top of earlier ones
                 fields = line.split()
                 if len(fields) > 4 and fields[4].replace("\\040", " ") == target:
-                    return True
-    except OSError:
+                    dash = fields.index("-")
+                    found = fields[dash + 1]
+    except (OSError, ValueError):
         pass
-    return False
+    return found
 
 
 def lazy_unmount(root: str) -> None:
@@ -118,15 +122,18 @@ def prepare_root(root: str) -> None:
             lazy_unmount(root)
         elif exc.errno != errno.ENOENT:
             raise MountError(f"cannot use {root}: {exc.strerror}") from None
-    if is_mountpoint(root):
+    kind = mount_type(root)
+    if kind is not None and kind.startswith("fuse"):
         record = read_record(root)
         pid = record.get("pid") if record else None
         if isinstance(pid, int) and pid_alive(pid):
             raise MountError(f"{root} is already mounted by mnemofs (pid {pid})")
-        if record is not None:  # our daemon died but the kernel still holds the mount
+        if record is not None or kind == "fuse.mnemofs":  # a dead daemon's mount
             lazy_unmount(root)
         else:
-            raise MountError(f"{root} is already a mount point")
+            raise MountError(f"{root} is already a FUSE mount point ({kind})")
+    # Any other mount here (a bind mount of the directory onto itself, made shared so that
+    # containers see our mount: see the README) is fine to mount over.
     os.makedirs(root, exist_ok=True)
 
 

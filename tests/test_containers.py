@@ -1,0 +1,191 @@
+"""The Dockerfile, built and run with podman, in both ways of giving a container its memory.
+
+Mode 1: the daemon runs on the host and a sandbox container gets the mount bind-mounted, even
+when the mount is made after the container started (mount propagation). Mode 2: the daemon
+runs in the container, on SQLite in a volume or on PostgreSQL. Either way the agent inside is
+a non-root user that reads everything, writes a read_write store (versions on the host side)
+and gets EROFS from a read_only store and from the root.
+
+scripts/test installs podman and makes the local base image these builds start from; without
+them these tests fail, unless a developer opts out with MNEMOFS_SKIP_CONTAINERS=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mnemofs.store import MemoryService, make_engine
+
+from .conftest import pg_url
+from .mounted import mounted
+
+SKIP_ENV = "MNEMOFS_SKIP_CONTAINERS"
+REPO = Path(__file__).resolve().parent.parent
+IMAGE = "localhost/mnemofs:test"
+HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
+# These machines run without CAP_SYS_RESOURCE, so runc cannot raise rlimits to podman's
+# defaults ("error setting rlimit type 7"): ask for modest ones.
+LIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+
+# What the agent does inside the container, as uid 1000.
+AGENT_SCRIPT = """
+set -e
+cd /mnt/memory
+test "$(id -u)" = 1000
+ls
+cat docs/readme.md
+echo "from the container" > notes/a.md
+cat notes/a.md
+if (echo no > docs/x.md) 2>/tmp/e1; then exit 11; fi
+grep -q "Read-only file system" /tmp/e1
+if (mkdir /mnt/memory/x) 2>/tmp/e2; then exit 12; fi
+grep -q "Read-only file system" /tmp/e2
+echo agent-ok
+"""
+
+
+Result = subprocess.CompletedProcess[str]
+
+
+def podman(*args: str, check: bool = True, timeout: float = 600) -> Result:
+    result = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        pytest.fail(f"podman {' '.join(args[:3])} ... failed: {result.stderr[-3000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    base = os.environ.get("MNEMOFS_BASE_IMAGE", "localhost/mnemofs-base:bookworm")
+    problem = None
+    if shutil.which("podman") is None:
+        problem = "podman is not installed"
+    elif not os.path.exists("/dev/fuse"):
+        problem = "/dev/fuse is missing"
+    elif subprocess.run(["podman", "image", "exists", base]).returncode != 0:
+        problem = f"the base image {base} is missing"
+    if problem:
+        if os.environ.get(SKIP_ENV) == "1":
+            pytest.skip(f"container tests skipped ({SKIP_ENV}=1)")
+        pytest.fail(f"{problem}: run through scripts/test, or set {SKIP_ENV}=1 to skip on purpose")
+    build = ["build", "--network", "host", "--build-arg", f"BASE={base}", "-t", IMAGE]
+    if os.path.exists(HOST_CA):  # pip may reach the index only through this machine's CAs
+        build += ["-v", f"{HOST_CA}:/etc/ssl/build-ca.crt:ro",
+                  "--build-arg", "PIP_CERT=/etc/ssl/build-ca.crt"]  # fmt: skip
+    podman(*build, str(REPO), timeout=1200)
+    return IMAGE
+
+
+def seed(service: MemoryService) -> tuple[str, str]:
+    notes = service.create_store("Notes").id
+    docs = service.create_store("Docs").id
+    service.create_memory(docs, "/readme.md", "read me\n")
+    return notes, docs
+
+
+def check_agent(result: Result) -> None:
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout.split() == [
+        "docs", "notes", "read", "me", "from", "the", "container", "agent-ok",
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def shared_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory bind-mounted onto itself and made shared, as the README tells hosts to do
+    with /mnt/memory, so a mount made there later reaches containers that bind it rslave."""
+    root = tmp_path / "memory"
+    root.mkdir()
+    subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
+    try:
+        subprocess.run(["mount", "--make-shared", str(root)], check=True)
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_mode1_daemon_on_the_host(image: str, shared_dir: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'mnemofs.db'}"
+    service = MemoryService(make_engine(url), actor="api")
+    notes, docs = seed(service)
+    session = service.create_session(
+        [{"memory_store_id": notes}, {"memory_store_id": docs, "access": "read_only"}],
+        mount_root=str(shared_dir),
+    )
+    name = f"mnemofs-sandbox-{uuid.uuid4().hex[:8]}"
+    # The sandbox starts first, with /mnt/memory bound rslave; the mount comes later.
+    bind = f"{shared_dir}:/mnt/memory:rslave"
+    podman("run", "-d", "--name", name, *LIMITS, "--network", "none", "--user", "1000:1000",
+           "-v", bind, "--entrypoint", "sleep", image, "600")  # fmt: skip
+    try:
+        with mounted(url, session.id, shared_dir, "--allow-other", "--uid", "1000", "--gid",
+                     "1000"):  # fmt: skip
+            check_agent(podman("exec", name, "sh", "-c", AGENT_SCRIPT, check=False))
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)
+    memory = service.find_memory(notes, "/a.md")
+    assert memory.content == "from the container\n"
+    assert [v.actor for v in service.list_versions(notes)] == [session.id]
+    service.close()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
+    name = f"mnemofs-memory-{uuid.uuid4().hex[:8]}"
+    volume = f"{name}-data"
+    if backend == "sqlite":  # the database lives in a volume; the host reads it through podman
+        db_args = ["-v", f"{volume}:/data"]
+        podman("volume", "create", volume)
+
+        def cli(*args: str) -> str:
+            return podman("run", "--rm", *LIMITS, "--network", "none", *db_args, image,
+                          *args).stdout  # fmt: skip
+    else:  # a PostgreSQL server reached by URL (here: the suite's, through its socket dir)
+        url = pg_url()
+        socket_dir = url.split("host=", 1)[1].split("&", 1)[0]
+        db_args = ["-v", f"{socket_dir}:{socket_dir}", "-e", f"MNEMOFS_DB={url}"]
+        from .conftest import _fresh_pg_engine
+
+        pg = MemoryService(_fresh_pg_engine(), actor="api")
+
+        def cli(*args: str) -> str:
+            return podman("run", "--rm", *LIMITS, "--network", "none", *db_args, image,
+                          *args).stdout  # fmt: skip
+
+    try:
+        cli("stores", "create", "Notes")
+        cli("stores", "create", "Docs")
+        cli("memories", "create", "Docs", "/readme.md", "--content", "read me\n")
+        podman("run", "-d", "--name", name, *LIMITS, "--network", "none", "--device",
+               "/dev/fuse", "--cap-add", "SYS_ADMIN", "--user", "root", *db_args, image,
+               "mount", "--attach", "Notes", "--attach", "Docs:read_only", "--allow-other",
+               "--uid", "1000", "--gid", "1000", "--foreground")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "mnemofs: mounted" not in podman("logs", name, check=False).stdout:
+            assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
+            time.sleep(0.2)
+        check_agent(podman("exec", "--user", "agent", name, "sh", "-c", AGENT_SCRIPT,
+                           check=False))  # fmt: skip
+        podman("stop", "-t", "30", name)  # SIGTERM: save, unmount, exit
+        assert "unmounted /mnt/memory" in podman("logs", name).stderr
+        versions = json.loads(cli("--json", "versions", "list", "Notes"))["data"]
+        assert [(v["operation"], v["path"]) for v in versions] == [("created", "/a.md")]
+        assert cli("memories", "cat", "Notes", "/a.md") == "from the container\n"
+        if backend == "pg":
+            assert pg.find_memory(pg.resolve_store("Notes"), "/a.md").size_bytes == 19
+            pg.close()
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)
+        if backend == "sqlite":
+            podman("volume", "rm", "-f", volume, check=False)
