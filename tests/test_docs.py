@@ -44,3 +44,17 @@ def test_every_command_has_help(words: tuple[str, ...]) -> None:
 @pytest.mark.parametrize("words", ALL, ids=" ".join)
 def test_readme_documents_every_command(words: tuple[str, ...]) -> None:
     assert f"mnemofs {' '.join(words)}" in README.read_text()
+
+
+@pytest.mark.parametrize("path", sorted(README.parent.glob("examples/compose/*.yaml")), ids=str)
+def test_compose_examples_parse(path: Path) -> None:
+    """The compose examples are at least valid compose YAML (no engine here to run them)."""
+    import yaml
+
+    document = yaml.safe_load(path.read_text())
+    assert set(document) <= {"services", "volumes"}
+    for service in document["services"].values():
+        assert "image" in service or "build" in service
+        for volume in service.get("volumes", []):
+            if isinstance(volume, dict) and volume.get("target") == "/mnt/memory":
+                assert volume["bind"]["propagation"] == "rslave"
