@@ -46,6 +46,7 @@ ensure_venv() {
 start_postgres() {
   PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   PG_DIR=$(mktemp -d /tmp/mnemofs-pg.XXXXXX)
+  chmod 755 "$PG_DIR"  # its socket must be reachable by other users (the container tests)
   PG_AS=()
   if [ "$(id -u)" = 0 ]; then chown postgres: "$PG_DIR"; PG_AS=(runuser -u postgres --); fi
   trap stop_postgres EXIT

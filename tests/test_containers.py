@@ -182,7 +182,7 @@ def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
         versions = json.loads(cli("--json", "versions", "list", "Notes"))["data"]
         assert [(v["operation"], v["path"]) for v in versions] == [("created", "/a.md")]
         assert cli("memories", "cat", "Notes", "/a.md") == "from the container\n"
-        if backend == "pg":
+        if backend == "postgres":
             assert pg.find_memory(pg.resolve_store("Notes"), "/a.md").size_bytes == 19
             pg.close()
     finally:
