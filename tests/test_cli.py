@@ -235,3 +235,32 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert missing.returncode == 3
     assert missing.stderr.count("\n") == 1
     assert (tmp_path / "db.sqlite").exists()
+
+
+def test_journal_commands(cli: Cli) -> None:
+    store = cli.json("stores", "create", "Turns", "--kind", "journal")
+    assert store["kind"] == "journal"
+    turn = {"sessionId": "s1", "channelId": "cli", "status": "completed", "result": "é" * 10}
+    done = cli.json("journal", "append", "Turns", "--record", json.dumps(turn),
+                    "--max-text-length", "4")  # fmt: skip
+    assert done == {"appended": 1, "path": "/journal.jsonl"}
+    batch = "\n".join(json.dumps({**turn, "sessionId": f"s{i}"}) for i in (2, 3)) + "\n"
+    assert cli.ok("journal", "append", "Turns", stdin=batch.encode()).out.startswith(
+        "appended 2 record(s)"
+    )
+    bad = batch + '{"sessionId": "s4", "channelId": "cli", "status": "maybe"}\n'
+    line = cli.refused(2, "journal", "append", "Turns", stdin=bad.encode())
+    assert "record 3: 'status' must be 'completed' or 'failed'" in line
+    assert cli.refused(2, "journal", "append", "Turns", "--record", "{oops").startswith(
+        "mnemofs: invalid_request: record 1 is not valid JSON"
+    )
+    text = cli.ok("memories", "cat", "Turns", "/journal.jsonl").out
+    records = [json.loads(x) for x in text.splitlines()]
+    assert [r["sessionId"] for r in records] == ["s1", "s2", "s3"]  # nothing of the bad batch
+    assert records[0]["result"] == "éééé"
+    cli.ok("stores", "create", "Notes")
+    line = cli.refused(2, "journal", "append", "Notes", "--record", json.dumps(turn))
+    assert "is not a journal" in line
+    session = cli.json("sessions", "create", "--attach", "Turns")
+    assert session["resources"][0]["access"] == "read_only"
+    assert "is a journal" in cli.refused(2, "sessions", "create", "--attach", "Turns:read_write")

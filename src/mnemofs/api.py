@@ -17,7 +17,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mnemofs import limits
-from mnemofs.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
+from mnemofs.models import (
+    Memory,
+    MemoryPrefix,
+    MemoryStore,
+    MemoryVersion,
+    Page,
+    Session,
+    StoreKind,
+)
 from mnemofs.store.engine import make_engine
 from mnemofs.store.service import MemoryService, prompt_note
 
@@ -102,8 +110,10 @@ class MemoryStores:
         self.memories = Memories(service)
         self.memory_versions = MemoryVersions(service)
 
-    def create(self, *, name: str, description: str = "") -> MemoryStore:
-        return self._s.create_store(name, description)
+    def create(
+        self, *, name: str, description: str = "", kind: StoreKind = "memory"
+    ) -> MemoryStore:
+        return self._s.create_store(name, description, kind=kind)
 
     def retrieve(self, memory_store_id: str) -> MemoryStore:
         return self._s.get_store(memory_store_id)

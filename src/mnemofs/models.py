@@ -20,6 +20,8 @@ SessionId = NewType("SessionId", str)
 
 Access = Literal["read_write", "read_only"]
 ACCESS_MODES: tuple[Access, ...] = ("read_write", "read_only")
+StoreKind = Literal["memory", "journal"]
+STORE_KINDS: tuple[StoreKind, ...] = ("memory", "journal")
 Operation = Literal["created", "modified", "renamed", "deleted"]
 
 STORE_PREFIX = "memstore_"
@@ -53,6 +55,7 @@ class MemoryStore(_Resource):
     updated_at: str
     archived_at: str | None
     memory_count: int
+    kind: StoreKind = "memory"
 
     type = "memory_store"
 
@@ -111,6 +114,7 @@ class Attachment(_Resource):
     name: str
     description: str
     mount_path: str
+    kind: StoreKind = "memory"
 
     type = "memory_store"
 

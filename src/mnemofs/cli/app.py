@@ -161,6 +161,11 @@ def sessions() -> None:
 
 
 @cli.group()
+def journal() -> None:
+    """Append agent turns to a journal store (one JSON line per turn)."""
+
+
+@cli.group()
 def db() -> None:
     """Manage the database itself."""
 
@@ -171,7 +176,7 @@ def db() -> None:
 def show_store(ctx: Context, store: MemoryStore) -> None:
     emit(ctx, store, lambda: print_fields([
         ("id", store.id), ("name", store.name), ("description", store.description),
-        ("memories", store.memory_count), ("created_at", store.created_at),
+        ("kind", store.kind), ("memories", store.memory_count), ("created_at", store.created_at),
         ("updated_at", store.updated_at), ("archived_at", store.archived_at),
     ]))  # fmt: skip
 
@@ -179,10 +184,12 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
 @stores.command("create")
 @click.argument("name")
 @click.option("--description", default="", help="Shown to the agent: what the store holds.")
+@click.option("--kind", type=click.Choice(["memory", "journal"]), default="memory",
+              show_default=True, help="journal: a turn journal, attached read_only.")  # fmt: skip
 @pass_ctx
-def stores_create(ctx: Context, name: str, description: str) -> None:
+def stores_create(ctx: Context, name: str, description: str, kind: str) -> None:
     """Create a store named NAME."""
-    show_store(ctx, ctx.service.create_store(name, description))
+    show_store(ctx, ctx.service.create_store(name, description, kind=kind))  # type: ignore[arg-type]
 
 
 @stores.command("list")
@@ -430,11 +437,12 @@ def versions_prune(ctx: Context, store: str, older_than_days: float, keep_last: 
 
 
 def parse_attach(ctx: Context, value: str) -> dict[str, str]:
-    """``STORE[:read_only|:read_write]``; a name may itself contain ':'."""
+    """``STORE[:read_only|:read_write]``; a name may itself contain ':'. Without a mode the
+    store's default applies (read_write; read_only for a journal)."""
     ref, _, mode = value.rpartition(":")
-    if not ref or mode not in ("read_only", "read_write"):
-        ref, mode = value, "read_write"
-    return {"type": "memory_store", "memory_store_id": ctx.store(ref), "access": mode}
+    if ref and mode in ("read_only", "read_write"):
+        return {"type": "memory_store", "memory_store_id": ctx.store(ref), "access": mode}
+    return {"type": "memory_store", "memory_store_id": ctx.store(value)}
 
 
 def load_spec(ctx: Context, file: str) -> list[dict[str, Any]]:
@@ -574,6 +582,41 @@ def umount(ctx: Context, root: str) -> None:
 
     daemon.stop(os.path.abspath(root))
     click.echo(f"unmounted {os.path.abspath(root)}")
+
+
+# -- journal ----------------------------------------------------------------------------------
+
+
+@journal.command("append")
+@click.argument("store")
+@click.option("--record", metavar="JSON", help="One record (else JSON lines from stdin).")
+@click.option("--max-text-length", type=int, default=2000, show_default=True,
+              help="Truncate userMessage, result and title to this many characters.")  # fmt: skip
+@pass_ctx
+def journal_append(ctx: Context, store: str, record: str | None, max_text_length: int) -> None:
+    """Append turn records to STORE's journal.jsonl (rotated to journal-<time>.jsonl when full).
+
+    Fields: at (default now), sessionId, channelId, status (completed|failed), title,
+    userMessage, result, usage. Each record is appended whole or not at all.
+    """
+    from mnemofs.journal import StoreJournal, make_record
+
+    backend = StoreJournal(ctx.service, ctx.store(store), actor="cli")
+    texts = [record] if record is not None else [line for line in sys.stdin if line.strip()]
+    records = []  # all checked before the first is appended: a bad line appends nothing
+    for number, text in enumerate(texts, 1):
+        try:
+            parsed = json.loads(text)
+            records.append(make_record(parsed, max_text_length=max_text_length))
+        except ValueError as exc:
+            raise errors.InvalidRequest(f"record {number} is not valid JSON: {exc}") from None
+        except errors.InvalidRequest as exc:
+            raise errors.InvalidRequest(f"record {number}: {exc.message}") from None
+    appended = [backend.append(r) for r in records]
+    last = appended[-1] if appended else None
+    emit(ctx, {"appended": len(appended), "path": last.path if last else None},
+         lambda: click.echo(f"appended {len(appended)} record(s)"
+                            + (f" to {last.path}" if last else "")))  # fmt: skip
 
 
 # -- db ---------------------------------------------------------------------------------------

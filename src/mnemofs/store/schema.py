@@ -63,6 +63,9 @@ memory_stores = Table(
     # Bumped by every change to the store's memories, directories or metadata: a cheap
     # "did anything change since I last looked" for mounts and sync workers.
     Column("revision", BigInteger, nullable=False, default=0),
+    # 'memory' (path-addressed documents) or 'journal' (journal.jsonl, one JSON line per agent
+    # turn, appended by `mnemofs journal append`; sessions attach it read_only).
+    Column("kind", Text, nullable=False, server_default="memory"),
 )
 
 memories = Table(
