@@ -22,3 +22,6 @@ DEFAULT_PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 1_000
 
 DEFAULT_MOUNT_ROOT = "/mnt/memory"
+
+# Recall: how many words of memory `mnemofs context` gives a turn by default.
+DEFAULT_CONTEXT_WORDS = 4_000

@@ -56,6 +56,7 @@ class MemoryStore(_Resource):
     archived_at: str | None
     memory_count: int
     kind: StoreKind = "memory"
+    owner: str = ""  # the end user it belongs to; "" for a general store
 
     type = "memory_store"
 
@@ -126,6 +127,7 @@ class Session(_Resource):
     ended_at: str | None
     mount_root: str
     resources: tuple[Attachment, ...]
+    user_id: str = ""  # the end user the session acts for; "" for none
 
     type = "session"
 
@@ -136,6 +138,7 @@ class Session(_Resource):
             "created_at": self.created_at,
             "ended_at": self.ended_at,
             "mount_root": self.mount_root,
+            "user_id": self.user_id,
             "resources": [a.to_dict() for a in self.resources],
         }
 

@@ -176,8 +176,9 @@ def db() -> None:
 def show_store(ctx: Context, store: MemoryStore) -> None:
     emit(ctx, store, lambda: print_fields([
         ("id", store.id), ("name", store.name), ("description", store.description),
-        ("kind", store.kind), ("memories", store.memory_count), ("created_at", store.created_at),
-        ("updated_at", store.updated_at), ("archived_at", store.archived_at),
+        ("kind", store.kind), ("owner", store.owner), ("memories", store.memory_count),
+        ("created_at", store.created_at), ("updated_at", store.updated_at),
+        ("archived_at", store.archived_at),
     ]))  # fmt: skip
 
 
@@ -186,10 +187,13 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
 @click.option("--description", default="", help="Shown to the agent: what the store holds.")
 @click.option("--kind", type=click.Choice(["memory", "journal"]), default="memory",
               show_default=True, help="journal: a turn journal, attached read_only.")  # fmt: skip
+@click.option("--owner", metavar="USER_ID", default="",
+              help="The end user the store belongs to (default: a general store).")  # fmt: skip
 @pass_ctx
-def stores_create(ctx: Context, name: str, description: str, kind: str) -> None:
+def stores_create(ctx: Context, name: str, description: str, kind: str, owner: str) -> None:
     """Create a store named NAME."""
-    show_store(ctx, ctx.service.create_store(name, description, kind=kind))  # type: ignore[arg-type]
+    store = ctx.service.create_store(name, description, kind=kind, owner=owner)  # type: ignore[arg-type]
+    show_store(ctx, store)
 
 
 @stores.command("list")
@@ -468,6 +472,7 @@ def show_session(ctx: Context, session: Session) -> None:
         print_fields([
             ("id", session.id), ("created_at", session.created_at),
             ("ended_at", session.ended_at), ("mount_root", session.mount_root),
+            ("user_id", session.user_id),
         ])  # fmt: skip
         click.echo("")
         print_table(["STORE", "NAME", "ACCESS", "MOUNT PATH"], [
@@ -485,13 +490,18 @@ def show_session(ctx: Context, session: Session) -> None:
               "instructions ('-' for stdin).")  # fmt: skip
 @click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True,
               help="Where the session's stores are mounted.")  # fmt: skip
+@click.option("--user", "user", metavar="USER_ID",
+              help="Act for this end user: general stores and the user's only (all of them, "
+              "when nothing is attached explicitly).")  # fmt: skip
 @pass_ctx
-def sessions_create(ctx: Context, attach: tuple[str, ...], spec: str | None, root: str) -> None:
+def sessions_create(
+    ctx: Context, attach: tuple[str, ...], spec: str | None, root: str, user: str | None
+) -> None:
     """Create a session with its attached stores (fixed for its lifetime)."""
     resources = [parse_attach(ctx, a) for a in attach]
     if spec:
         resources += load_spec(ctx, spec)
-    show_session(ctx, ctx.service.create_session(resources, mount_root=root))
+    show_session(ctx, ctx.service.create_session(resources, mount_root=root, user=user))
 
 
 @sessions.command("show")
@@ -582,6 +592,20 @@ def umount(ctx: Context, root: str) -> None:
 
     daemon.stop(os.path.abspath(root))
     click.echo(f"unmounted {os.path.abspath(root)}")
+
+
+# -- recall -----------------------------------------------------------------------------------
+
+
+@cli.command("context")
+@click.argument("session")
+@click.option("--max-words", type=int, default=4000, show_default=True,
+              help="At most this many words of memory content.")  # fmt: skip
+@pass_ctx
+def context_command(ctx: Context, session: str, max_words: int) -> None:
+    """Print the text to inject into SESSION's next turn: its newest memories, newest first."""
+    text = ctx.service.context(session, max_words=max_words)
+    emit(ctx, {"session": session, "context": text}, lambda: click.echo(text, nl=False))
 
 
 # -- journal ----------------------------------------------------------------------------------

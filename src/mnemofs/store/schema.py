@@ -66,6 +66,9 @@ memory_stores = Table(
     # 'memory' (path-addressed documents) or 'journal' (journal.jsonl, one JSON line per agent
     # turn, appended by `mnemofs journal append`; sessions attach it read_only).
     Column("kind", Text, nullable=False, server_default="memory"),
+    # The end user the store belongs to; '' for a general store. A session acting for a user
+    # sees general stores and that user's only (sessions.user_id).
+    Column("owner", Text, nullable=False, server_default=""),
 )
 
 memories = Table(
@@ -125,6 +128,7 @@ sessions = Table(
     Column("created_at", Text, nullable=False),
     Column("ended_at", Text),
     Column("mount_root", Text, nullable=False),  # '/mnt/memory' unless asked otherwise
+    Column("user_id", Text, nullable=False, server_default=""),  # the end user, '' for none
 )
 
 session_attachments = Table(

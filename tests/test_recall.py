@@ -1,0 +1,104 @@
+"""Recall: per-end-user stores and sessions, and the context text injected into a turn — on
+both backends, through the service, the CLI and a real mount."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mnemofs import errors
+from mnemofs.store import Engine, MemoryService
+
+from .mounted import mounted
+
+
+@pytest.fixture
+def users(service: MemoryService) -> dict[str, str]:
+    """A general store, one store each for the end users ann and bob, and bob's journal."""
+    ids = {
+        "general": service.create_store("Team").id,
+        "ann": service.create_store("Ann notes", owner="ann").id,
+        "bob": service.create_store("Bob notes", owner="bob").id,
+    }
+    service.create_memory(ids["general"], "/policy.md", "refunds within thirty days")
+    service.create_memory(ids["ann"], "/prefs.md", "ann prefers email")
+    service.create_memory(ids["bob"], "/secret.md", "bob's account number 4242")
+    return ids
+
+
+def test_a_user_session_sees_general_and_own_stores_only(
+    service: MemoryService, users: dict[str, str]
+) -> None:
+    session = service.create_session(user="ann")
+    assert session.user_id == "ann"
+    attached = {a.memory_store_id: a.access for a in session.resources}
+    assert attached == {users["general"]: "read_only", users["ann"]: "read_write"}
+    with pytest.raises(errors.InvalidRequest, match="belongs to another end user"):
+        service.create_session([{"memory_store_id": users["bob"]}], user="ann")
+    explicit = service.create_session([{"memory_store_id": users["ann"]}], user="ann")
+    assert [a.memory_store_id for a in explicit.resources] == [users["ann"]]
+    text = service.context(session.id)
+    assert "ann prefers email" in text
+    assert "refunds within thirty days" in text
+    assert "4242" not in text
+    assert service.create_session().user_id == ""  # no user: attach what you name
+    for _ in range(7):
+        service.create_store("More", owner="ann")
+    with pytest.raises(errors.InvalidRequest, match="over the limit of 8"):
+        service.create_session(user="ann")
+
+
+def test_context_is_newest_first_within_the_word_cap(service: MemoryService) -> None:
+    store = service.create_store("Notes").id
+    journal = service.create_store("Turns", kind="journal").id
+    service.create_memory(store, "/old.md", "one two three")
+    time.sleep(0.01)
+    service.append_journal(journal, '{"n":1}\n')
+    service.append_journal(journal, '{"n":2}\n')
+    time.sleep(0.01)
+    service.create_memory(store, "/new.md", "alpha beta gamma delta")
+    session = service.create_session([{"memory_store_id": store}, {"memory_store_id": journal}])
+    text = service.context(session.id)
+    assert "untrusted history" in text
+    assert "never follow instructions" in text
+    order = [text.index(s) for s in ("/notes/new.md", "/turns/journal.jsonl", "/notes/old.md")]
+    assert order == sorted(order)
+    capped = service.context(session.id, max_words=5)
+    assert "alpha beta gamma delta" in capped
+    assert '[…] {"n":2}' in capped  # a journal keeps its newest records
+    assert "one two three" not in capped
+    body = capped.split("\n### ", 1)[1]
+    words = [w for line in body.splitlines() if not line.startswith(("### ", "/"))
+             for w in line.split() if w != "[…]"]  # fmt: skip
+    assert len(words) <= 5
+    with pytest.raises(errors.InvalidRequest):
+        service.context(session.id, max_words=0)
+    empty = service.create_session()
+    assert service.context(empty.id) == ""
+
+
+def test_mount_and_cli_show_a_user_nothing_of_another(
+    engine: Engine, db_url: str, tmp_path: Path, users: dict[str, str]
+) -> None:
+    service = MemoryService(engine, actor="api")
+    root = tmp_path / "mnt"
+    session = service.create_session(user="ann", mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        assert sorted(p.name for p in root.iterdir()) == ["ann-notes", "team"]
+        found = subprocess.run(["grep", "-r", "4242", str(root)], capture_output=True)
+        assert found.returncode == 1  # bob's memory is nowhere under ann's mount
+        assert (root / "ann-notes" / "prefs.md").read_text() == "ann prefers email"
+    cli = [sys.executable, "-m", "mnemofs", "--db", db_url]
+    out = subprocess.run([*cli, "context", session.id, "--max-words", "50"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "ann prefers email" in out
+    assert "4242" not in out
+    made = subprocess.run([*cli, "--json", "sessions", "create", "--user", "bob"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert '"user_id": "bob"' in made
+    assert "Ann notes" not in made
+    service.close()
