@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mnemofs import errors
-from mnemofs.store import Engine, MemoryService
+from mnemofs.store import Engine, MemoryService, make_engine
 
 from .mounted import mounted
 
@@ -102,3 +102,51 @@ def test_mount_and_cli_show_a_user_nothing_of_another(
     assert '"user_id": "bob"' in made
     assert "Ann notes" not in made
     service.close()
+
+
+def test_search_follows_every_change(service: MemoryService) -> None:
+    store = service.create_store("Notes").id
+    other = service.create_store("Other").id
+    a = service.create_memory(store, "/ops/deploy.md", "Deploys go out on Tuesday. Deploy early.")
+    b = service.create_memory(store, "/faq.md", "Refunds: within thirty days of the deploy.")
+    service.create_memory(other, "/deploy.md", "deploy deploy deploy")  # another store
+    hits = service.search(store, "deploy")
+    assert [h.path for h in hits] == ["/ops/deploy.md", "/faq.md"]  # more matches rank first
+    assert "[Deploy" in hits[0].snippet or "[deploy" in hits[0].snippet
+    assert hits[0].score > hits[1].score
+    assert [h.path for h in service.search(store, "refunds thirty")] == ["/faq.md"]
+    assert service.search(store, "refunds tuesday") == []  # every word must match
+    assert [h.path for h in service.search(store, "deploy", limit=1)] == ["/ops/deploy.md"]
+    assert [h.path for h in service.search(store, 'tuesday" (early*')] == ["/ops/deploy.md"]
+    # Update: the old words are gone, the new ones found, in the same transaction.
+    service.update_memory(store, a.id, content="Releases ship on Wednesday.")
+    assert service.search(store, "tuesday") == []
+    assert [h.path for h in service.search(store, "wednesday")] == ["/ops/deploy.md"]
+    # A rename makes the new path searchable.
+    service.update_memory(store, b.id, path="/policies/refunds.md")
+    assert [h.path for h in service.search(store, "policies")] == ["/policies/refunds.md"]
+    # Redaction touches only past versions: the old text was never searchable.
+    old_version = list(service.list_versions(store, memory_id=a.id))[-1]
+    service.redact_version(store, old_version.id)
+    assert service.search(store, "tuesday") == []
+    # Delete: never found again.
+    service.delete_memory(store, b.id)
+    assert service.search(store, "refunds") == []
+    with pytest.raises(errors.InvalidRequest, match="no words"):
+        service.search(store, " -- ")
+    with pytest.raises(errors.NotFound):
+        service.search("memstore_nope", "x")
+    assert service.check().problems == []
+
+
+def test_search_index_out_of_step_is_reported(tmp_path: Path) -> None:
+    """SQLite only: PostgreSQL's index is a generated column, which cannot drift."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'fts.db'}"))
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/a.md", "alpha")
+    service.db.run(
+        lambda tx: tx.run("INSERT INTO memories_fts(memories_fts, rowid, path, content) "
+                          "VALUES ('delete', 1, '/a.md', 'alpha')"),
+        write=True,
+    )  # fmt: skip
+    assert any("search index" in p for p in service.check().problems)

@@ -25,3 +25,4 @@ DEFAULT_MOUNT_ROOT = "/mnt/memory"
 
 # Recall: how many words of memory `mnemofs context` gives a turn by default.
 DEFAULT_CONTEXT_WORDS = 4_000
+DEFAULT_SEARCH_LIMIT = 10  # hits a search returns unless asked for more

@@ -144,6 +144,20 @@ class Session(_Resource):
 
 
 @dataclass(frozen=True, slots=True)
+class SearchHit(_Resource):
+    """A live memory that matched a search, best first; ``snippet`` marks matches ``[like
+    this]``; ``score`` only orders hits of one search."""
+
+    memory_id: MemoryId
+    memory_store_id: StoreId
+    path: str
+    snippet: str
+    score: float
+
+    type = "search_hit"
+
+
+@dataclass(frozen=True, slots=True)
 class StoreState:
     """What a mount watches to notice a store changed under it."""
 

@@ -608,6 +608,19 @@ def context_command(ctx: Context, session: str, max_words: int) -> None:
     emit(ctx, {"session": session, "context": text}, lambda: click.echo(text, nl=False))
 
 
+@cli.command("search")
+@click.argument("store")
+@click.argument("query")
+@click.option("--limit", type=int, default=10, show_default=True, help="At most this many hits.")
+@pass_ctx
+def search_command(ctx: Context, store: str, query: str, limit: int) -> None:
+    """Find STORE's live memories holding every word of QUERY, best first, with a snippet."""
+    hits = ctx.service.search(ctx.store(store), query, limit=limit)
+    emit(ctx, {"data": [h.to_dict() for h in hits]},
+         lambda: print_table(["PATH", "SNIPPET"],
+                             [(h.path, " ".join(h.snippet.split())) for h in hits]))  # fmt: skip
+
+
 # -- journal ----------------------------------------------------------------------------------
 
 

@@ -50,6 +50,13 @@ def check(tx: Tx, store_id: str | None = None) -> CheckReport:
             problems.extend(f"sqlite integrity_check: {r}" for r in rows)
         for r in tx.all("PRAGMA foreign_key_check"):
             problems.append(f"sqlite foreign_key_check: row {r[1]} of {r[0]} points nowhere")
+        try:  # the search index against the memories it indexes (VACUUM can renumber rows)
+            tx.run("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
+        except Exception as exc:
+            problems.append(
+                f"search index out of step with memories ({exc}): rebuild it with sqlite3 "
+                "DB \"INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')\""
+            )
 
     store_where = "" if store_id is None else " WHERE s.id = :store"
     for row in tx.all(

@@ -12,6 +12,11 @@ Conventions
   that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
   the per-store checks (path free, count under the limit) cannot race.
 
+Search (migration 0004) lives outside this file: on SQLite an FTS5 table ``memories_fts`` kept
+in step with ``memories`` by triggers, on PostgreSQL a generated ``search_vector`` column with a
+GIN index (``SEARCH_OBJECTS``). A migration that rebuilds ``memories`` (SQLite batch mode) must
+recreate those triggers.
+
 Changing anything here needs a new Alembic revision in ``migrations/versions`` and a bump of
 ``SCHEMA_REVISION`` (in ``revision.py``); ``tests/test_migrations.py`` fails when this file and
 the migrations disagree.
@@ -143,3 +148,10 @@ session_attachments = Table(
     Column("slug", Text, nullable=False),
     Index(None, "store_id"),
 )
+
+
+# Made by migration 0004 with raw SQL; the schema comparison in the tests leaves them out.
+SEARCH_OBJECTS = frozenset({
+    "memories_fts", "memories_fts_data", "memories_fts_idx", "memories_fts_content",
+    "memories_fts_docsize", "memories_fts_config", "search_vector", "ix_memories_search_vector",
+})  # fmt: skip

@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -52,6 +53,7 @@ from mnemofs.models import (
     MemoryVersion,
     Operation,
     Page,
+    SearchHit,
     Session,
     SessionId,
     StoreId,
@@ -79,6 +81,7 @@ T = TypeVar("T")
 
 CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
 JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
+_SEARCH_WORD = re.compile(r"\w+")  # a query is its words; operators and quotes are not syntax
 
 _MEMORY_COLS = (
     "id, store_id, path, content_sha256, size_bytes, created_at, updated_at, head_version_id"
@@ -614,6 +617,50 @@ class MemoryService:
             version_id=version_id,
             content=content,
         )
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def search(
+        self, store_id: str, query: str, *, limit: int = limits.DEFAULT_SEARCH_LIMIT
+    ) -> list[SearchHit]:
+        """Live memories whose path or content hold every word of ``query``, best first, each
+        with a snippet. Lexical (no stemming); the index changes in the same transaction as
+        the memory, so deleted content is never found, and redaction only ever touches past
+        versions, which are not searched."""
+        if not isinstance(query, str):
+            raise InvalidRequest(f"query must be a string, got {query!r}")
+        words = _SEARCH_WORD.findall(query)
+        if not words:
+            raise InvalidRequest(f"the query {query!r} has no words to search for")
+        limit = _validate_limit(limit)
+
+        def run(tx: Tx) -> list[SearchHit]:
+            self._store_row(tx, store_id)
+            if tx.dialect == "sqlite":
+                match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
+                rows = tx.all(
+                    "SELECT m.id, m.path, bm25(memories_fts, 2.0, 1.0) AS score, "
+                    "snippet(memories_fts, 1, '[', ']', '…', 16) AS snippet "
+                    "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+                    "WHERE memories_fts MATCH :match AND m.store_id = :store "
+                    f"ORDER BY score, m.path LIMIT {limit}",
+                    {"match": match, "store": store_id},
+                )
+                return [SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet,
+                                  -float(r.score)) for r in rows]  # fmt: skip
+            rows = tx.all(
+                "SELECT m.id, m.path, ts_rank(m.search_vector, q) AS score, "
+                "ts_headline('simple', m.content, q, 'StartSel=[, StopSel=], MaxWords=16, "
+                "MinWords=5, FragmentDelimiter=…') AS snippet "
+                "FROM memories m, plainto_tsquery('simple', :query) q "
+                "WHERE m.store_id = :store AND m.search_vector @@ q "
+                f"ORDER BY score DESC, m.path LIMIT {limit}",
+                {"query": " ".join(words), "store": store_id},
+            )
+            return [SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet,
+                              float(r.score)) for r in rows]  # fmt: skip
+
+        return self._read(run)
 
     # -- journals -------------------------------------------------------------------------------
 
