@@ -150,3 +150,65 @@ def test_search_index_out_of_step_is_reported(tmp_path: Path) -> None:
         write=True,
     )  # fmt: skip
     assert any("search index" in p for p in service.check().problems)
+
+
+def test_evict_lru_makes_room_by_least_recent_access(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mnemofs.limits.MAX_MEMORIES_PER_STORE", 3)
+    lru = service.create_store("Cache", on_full="evict-lru").id
+    strict = service.create_store("Strict").id
+    for name in ("a", "b", "c"):
+        service.create_memory(lru, f"/{name}.md", name)
+        service.create_memory(strict, f"/{name}.md", name)
+        time.sleep(0.002)  # distinct timestamps
+    with pytest.raises(errors.StoreFull):  # the default policy still refuses
+        service.create_memory(strict, "/d.md", "d")
+    service.find_memory(lru, "/a.md")  # a read: a is now the most recent
+    time.sleep(0.002)
+    service.update_memory(lru, service.find_memory(lru, "/b.md").id, content="b2")  # a write
+    service.create_memory(lru, "/d.md", "d")  # full: c, least recently accessed, goes
+    assert sorted(m.path for m in service.list_memories(lru)) == ["/a.md", "/b.md", "/d.md"]
+    evicted = next(iter(service.list_versions(lru)))  # newest first: d's 'created'
+    versions = [(v.operation, v.path, v.actor) for v in service.list_versions(lru)]
+    assert versions[:2] == [("created", "/d.md", "api"), ("deleted", "/c.md", "evict")]
+    assert evicted.path == "/d.md"
+    assert service.get_store(lru).memory_count == 3
+    # Reads that have not reached the database yet still count (the evicting process's own).
+    service.get_memory(lru, service.find_memory(lru, "/b.md").id)
+    time.sleep(0.002)
+    service.find_memory(lru, "/d.md")
+    service.create_memory(lru, "/e.md", "e")  # a was read longest ago now
+    assert sorted(m.path for m in service.list_memories(lru)) == ["/b.md", "/d.md", "/e.md"]
+    assert service.check().problems == []
+    updated = service.update_store(lru, on_full="refuse")
+    assert updated.on_full == "refuse"
+    with pytest.raises(errors.StoreFull):
+        service.create_memory(lru, "/f.md", "f")
+    with pytest.raises(errors.InvalidRequest, match="on_full"):
+        service.update_store(lru, on_full="random")  # type: ignore[arg-type]
+
+
+def test_reads_through_the_mount_count_as_access(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Cache", on_full="evict-lru").id
+    old = service.create_memory(store, "/old.md", "old")
+    service.create_memory(store, "/new.md", "new")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+
+    def accessed(memory_id: str) -> str:
+        return service.db.run(
+            lambda tx: tx.scalar("SELECT accessed_at FROM memories WHERE id = :id",
+                                 {"id": memory_id}),
+            write=False,
+        )  # fmt: skip
+
+    before = accessed(old.id)
+    with mounted(db_url, session.id, root):
+        time.sleep(0.01)
+        assert (root / "cache" / "old.md").read_text() == "old"
+    assert accessed(old.id) > before  # written by the daemon (within a second, or at unmount)
+    service.close()

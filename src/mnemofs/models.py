@@ -22,6 +22,8 @@ Access = Literal["read_write", "read_only"]
 ACCESS_MODES: tuple[Access, ...] = ("read_write", "read_only")
 StoreKind = Literal["memory", "journal"]
 STORE_KINDS: tuple[StoreKind, ...] = ("memory", "journal")
+OnFull = Literal["refuse", "evict-lru"]
+ON_FULL_POLICIES: tuple[OnFull, ...] = ("refuse", "evict-lru")
 Operation = Literal["created", "modified", "renamed", "deleted"]
 
 STORE_PREFIX = "memstore_"
@@ -57,6 +59,7 @@ class MemoryStore(_Resource):
     memory_count: int
     kind: StoreKind = "memory"
     owner: str = ""  # the end user it belongs to; "" for a general store
+    on_full: OnFull = "refuse"  # what a create does when the store is full
 
     type = "memory_store"
 
@@ -116,6 +119,7 @@ class Attachment(_Resource):
     description: str
     mount_path: str
     kind: StoreKind = "memory"
+    on_full: OnFull = "refuse"
 
     type = "memory_store"
 

@@ -176,7 +176,8 @@ def db() -> None:
 def show_store(ctx: Context, store: MemoryStore) -> None:
     emit(ctx, store, lambda: print_fields([
         ("id", store.id), ("name", store.name), ("description", store.description),
-        ("kind", store.kind), ("owner", store.owner), ("memories", store.memory_count),
+        ("kind", store.kind), ("owner", store.owner), ("on_full", store.on_full),
+        ("memories", store.memory_count),
         ("created_at", store.created_at), ("updated_at", store.updated_at),
         ("archived_at", store.archived_at),
     ]))  # fmt: skip
@@ -189,10 +190,15 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
               show_default=True, help="journal: a turn journal, attached read_only.")  # fmt: skip
 @click.option("--owner", metavar="USER_ID", default="",
               help="The end user the store belongs to (default: a general store).")  # fmt: skip
+@click.option("--on-full", type=click.Choice(["refuse", "evict-lru"]), default="refuse",
+              show_default=True,
+              help="When full: refuse a create, or evict the least recently read.")  # fmt: skip
 @pass_ctx
-def stores_create(ctx: Context, name: str, description: str, kind: str, owner: str) -> None:
+def stores_create(
+    ctx: Context, name: str, description: str, kind: Any, owner: str, on_full: Any
+) -> None:
     """Create a store named NAME."""
-    store = ctx.service.create_store(name, description, kind=kind, owner=owner)  # type: ignore[arg-type]
+    store = ctx.service.create_store(name, description, kind=kind, owner=owner, on_full=on_full)
     show_store(ctx, store)
 
 
@@ -220,10 +226,16 @@ def stores_show(ctx: Context, store: str) -> None:
 @click.argument("store")
 @click.option("--name", help="The new name.")
 @click.option("--description", help="The new description.")
+@click.option("--on-full", type=click.Choice(["refuse", "evict-lru"]),
+              help="What a create does when the store is full.")  # fmt: skip
 @pass_ctx
-def stores_update(ctx: Context, store: str, name: str | None, description: str | None) -> None:
-    """Rename a store or change its description."""
-    show_store(ctx, ctx.service.update_store(ctx.store(store), name=name, description=description))
+def stores_update(
+    ctx: Context, store: str, name: str | None, description: str | None, on_full: Any
+) -> None:
+    """Rename a store, change its description or its capacity policy."""
+    store_id = ctx.store(store)
+    show_store(ctx, ctx.service.update_store(store_id, name=name, description=description,
+                                             on_full=on_full))  # fmt: skip
 
 
 @stores.command("archive")

@@ -81,6 +81,7 @@ class StoreMount:
     name: str
     access: Literal["read_write", "read_only"]
     archived: bool
+    evicts: bool = False  # 'evict-lru': a create in a full store evicts instead of ENOSPC
     revision: int = -1
     last_seq: int = 0
     count: int = 0  # memories in the store, as last seen (the store itself has the last word)
@@ -180,8 +181,9 @@ class MemoryFs:
         for attachment in session.resources:
             slug = attachment.mount_path.rsplit("/", 1)[-1]
             mount = StoreMount(
-                attachment.memory_store_id, slug, attachment.name, attachment.access, False
-            )
+                attachment.memory_store_id, slug, attachment.name, attachment.access, False,
+                evicts=attachment.on_full == "evict-lru",
+            )  # fmt: skip
             self.mounts.append(mount)
             self._load(mount)
 
@@ -397,8 +399,8 @@ class MemoryFs:
     @staticmethod
     def _store_full(mount: StoreMount) -> bool:
         """By the count last seen: a create that races another mount is refused by the store
-        at its save (ENOSPC at close) instead."""
-        return mount.count >= limits.MAX_MEMORIES_PER_STORE
+        at its save (ENOSPC at close) instead. A store that evicts is never full."""
+        return not mount.evicts and mount.count >= limits.MAX_MEMORIES_PER_STORE
 
     def keep_pages(self, ino: int) -> bool:
         """May the kernel keep its page cache for this open (see ``Node.stale_pages``)?"""
@@ -415,6 +417,8 @@ class MemoryFs:
             self._writable(node, "open for writing")
         if node.file is None:
             node.file = OpenFile(bytearray(self._content_of(node)))
+        if node.memory_id is not None and node.mount is not None:  # for 'evict-lru'
+            self.service.note_access(node.mount.store_id, node.memory_id)
         node.file.opens += 1
         if truncate and node.file.data:
             node.file.data.clear()
@@ -860,7 +864,9 @@ class MemoryFs:
         out: list[Invalidation] = []
         node = self.by_memory.get(memory_id)
         try:
-            memory: Memory | None = self.service.get_memory(mount.store_id, memory_id)
+            memory: Memory | None = self.service.get_memory(
+                mount.store_id, memory_id, count_access=False
+            )
         except NotFound:
             memory = None
         if node is not None and node.file is not None and node.file.dirty:

@@ -279,14 +279,17 @@ def _listen(service: MemoryService) -> Listener | None:
 
 
 async def _checkpoint(service: MemoryService) -> None:
-    """Checkpoint the SQLite WAL in a worker thread, off the save path (see
-    ``MemoryService.defer_checkpoints``)."""
+    """Every second, in a worker thread, off the save path: checkpoint the SQLite WAL (see
+    ``MemoryService.defer_checkpoints``) and write the reads noted for 'evict-lru'."""
     while True:
         await trio.sleep(CHECKPOINT_INTERVAL_S)
+        if service.unavailable is not None:
+            continue
         try:
             await trio.to_thread.run_sync(service.checkpoint)
-        except Exception:
-            log.exception("checkpoint failed; retrying")
+            await trio.to_thread.run_sync(service.flush_accesses)
+        except Exception as exc:
+            log.warning("background write failed (%s); retrying", exc)
 
 
 async def _watch_signals() -> None:
@@ -352,6 +355,10 @@ def serve(
         failures = fs.save_all()
         for path, error in failures:
             log.error("could not save %s at unmount: %s", path, error)
+        try:
+            service.flush_accesses()
+        except Exception as exc:  # advisory: the last second of reads is all that is lost
+            log.warning("could not record the last reads: %s", exc)
         try:
             pyfuse3.close(unmount=True)
         except Exception:  # an external unmount already tore it down

@@ -74,6 +74,9 @@ memory_stores = Table(
     # The end user the store belongs to; '' for a general store. A session acting for a user
     # sees general stores and that user's only (sessions.user_id).
     Column("owner", Text, nullable=False, server_default=""),
+    # What a create does when the store is full: 'refuse' (StoreFull, ENOSPC) or 'evict-lru'
+    # (delete the least recently accessed memory first, with a 'deleted' version by 'evict').
+    Column("on_full", Text, nullable=False, server_default="refuse"),
 )
 
 memories = Table(
@@ -89,6 +92,9 @@ memories = Table(
     Column("updated_at", Text, nullable=False),
     # The version written by the last change: the head, which redact refuses to clear.
     Column("head_version_id", Text, nullable=False),
+    # The last read or write (reads are buffered by each process and written in batches, so
+    # this may lag by about a second); the order 'evict-lru' evicts in. NULL: never since 0005.
+    Column("accessed_at", Text),
     # One memory per path; the index also serves ordered listings and prefix range scans.
     UniqueConstraint("store_id", "path"),
 )

@@ -21,7 +21,10 @@ import binascii
 import hashlib
 import json
 import re
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -39,6 +42,7 @@ from mnemofs.errors import (
 from mnemofs.models import (
     ACCESS_MODES,
     MEMORY_PREFIX,
+    ON_FULL_POLICIES,
     SESSION_PREFIX,
     STORE_KINDS,
     STORE_PREFIX,
@@ -51,6 +55,7 @@ from mnemofs.models import (
     MemoryPrefix,
     MemoryStore,
     MemoryVersion,
+    OnFull,
     Operation,
     Page,
     SearchHit,
@@ -81,6 +86,8 @@ T = TypeVar("T")
 
 CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
 JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
+EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
+ACCESS_FLUSH_S = 1.0  # noted reads reach the database at least this often while reading
 _SEARCH_WORD = re.compile(r"\w+")  # a query is its words; operators and quotes are not syntax
 
 _MEMORY_COLS = (
@@ -91,7 +98,7 @@ _VERSION_COLS = (
     "redacted_at"
 )
 _STORE_COLS = (
-    "id, name, description, created_at, updated_at, archived_at, memory_count, kind, owner"
+    "id, name, description, created_at, updated_at, archived_at, memory_count, kind, owner, on_full"
 )
 
 
@@ -206,6 +213,7 @@ def _store(row: Any) -> MemoryStore:
         memory_count=row.memory_count,
         kind=row.kind,
         owner=row.owner,
+        on_full=row.on_full,
     )
 
 
@@ -229,6 +237,12 @@ def _validate_user(user: object, what: str) -> str:
     if not isinstance(user, str) or len(user) > 255 or not user.isprintable():
         raise InvalidRequest(f"{what} must be up to 255 printable characters, got {user!r}")
     return user.strip()
+
+
+def _validate_on_full(on_full: object) -> OnFull:
+    if on_full not in ON_FULL_POLICIES:
+        raise InvalidRequest(f"on_full {on_full!r} is not one of {', '.join(ON_FULL_POLICIES)}")
+    return on_full  # type: ignore[return-value,unused-ignore]
 
 
 def _validate_description(description: object) -> str:
@@ -284,20 +298,41 @@ class MemoryService:
         self.engine = engine
         self.actor = actor
         self.db = Database(engine)
+        self._accessed: dict[str, float] = {}  # memory id -> time.time() of its last read
+        self._accessed_since = 0.0
+        self._access_lock = threading.Lock()
 
     def close(self) -> None:
+        with suppress(Exception):  # a database that is gone loses the last second of reads
+            self.flush_accesses()
         self.db.close()
 
     def _read(self, fn: Callable[[Tx], T]) -> T:
+        if self._accessed and time.monotonic() - self._accessed_since > ACCESS_FLUSH_S:
+            with suppress(Exception):
+                self.flush_accesses()
         return self.db.run(fn, write=False)
 
     def _write(self, fn: Callable[[Tx], T]) -> T:
-        return self.db.run(fn, write=True)
+        if not self._accessed:
+            return self.db.run(fn, write=True)
+
+        def with_accesses(tx: Tx) -> T:
+            self._flush_accesses(tx)
+            return fn(tx)
+
+        return self.db.run(with_accesses, write=True)
 
     # -- stores ---------------------------------------------------------------------------------
 
     def create_store(
-        self, name: str, description: str = "", *, kind: StoreKind = "memory", owner: str = ""
+        self,
+        name: str,
+        description: str = "",
+        *,
+        kind: StoreKind = "memory",
+        owner: str = "",
+        on_full: OnFull = "refuse",
     ) -> MemoryStore:
         """A new store; ``kind='journal'`` makes a turn journal (see ``append_journal``);
         ``owner`` gives it to one end user (``""``: a general store)."""
@@ -306,6 +341,7 @@ class MemoryService:
         if kind not in STORE_KINDS:
             raise InvalidRequest(f"store kind {kind!r} is not one of {', '.join(STORE_KINDS)}")
         owner = _validate_user(owner, "owner")
+        on_full = _validate_on_full(on_full)
         now = utc_now()
         store = MemoryStore(
             id=StoreId(new_id(STORE_PREFIX)),
@@ -317,15 +353,17 @@ class MemoryService:
             memory_count=0,
             kind=kind,
             owner=owner,
+            on_full=on_full,
         )
 
         def run(tx: Tx) -> MemoryStore:
             tx.run(
                 "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
-                "archived_at, memory_count, revision, kind, owner) VALUES (:id, :name, "
-                ":description, :created_at, :updated_at, NULL, 0, 0, :kind, :owner)",
+                "archived_at, memory_count, revision, kind, owner, on_full) VALUES (:id, :name, "
+                ":description, :created_at, :updated_at, NULL, 0, 0, :kind, :owner, :on_full)",
                 {"id": store.id, "name": name, "description": description,
-                 "created_at": now, "updated_at": now, "kind": kind, "owner": owner},
+                 "created_at": now, "updated_at": now, "kind": kind, "owner": owner,
+                 "on_full": on_full},
             )  # fmt: skip
             return store
 
@@ -369,10 +407,62 @@ class MemoryService:
         if tx.run(sql, params) == 1:
             return
         row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
+        if room_for is not None and row.on_full == "evict-lru" and self._evict_lru(tx, store_id):
+            self._change_store(tx, store_id, count_delta, room_for=room_for)
+            return
         raise StoreFull(
             f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
             f"memories, the limit; cannot create {room_for!r}"
         )
+
+    def _evict_lru(self, tx: Tx, store_id: str) -> bool:
+        """Delete the store's least recently accessed memory (a 'deleted' version by actor
+        'evict'); False if there is none. The store is locked and full."""
+        self._flush_accesses(tx)  # this process's reads count before choosing
+        victim = tx.one(
+            "SELECT id, path FROM memories WHERE store_id = :store "
+            "ORDER BY COALESCE(accessed_at, updated_at), id LIMIT 1",
+            {"store": store_id},
+        )
+        if victim is None:
+            return False
+        self._write_version(
+            tx, store_id=store_id, memory_id=victim.id, operation="deleted", path=victim.path,
+            content=None, sha=None, size=0, now=utc_now(), actor=EVICT_ACTOR,
+        )  # fmt: skip
+        tx.run("DELETE FROM memories WHERE id = :id", {"id": victim.id})
+        tx.run(
+            "UPDATE memory_stores SET memory_count = memory_count - 1 WHERE id = :id",
+            {"id": store_id},
+        )
+        return True
+
+    # -- access tracking (for 'evict-lru'): reads are noted in memory, written in batches ---------
+
+    def note_access(self, store_id: str, memory_id: str) -> None:
+        """Count a read of a memory (the mount calls this at open). Costs a dict write; the
+        time reaches the database with this process's next write, or within
+        ``ACCESS_FLUSH_S`` of a read, or at ``close``."""
+        accessed = self._accessed  # no lock: a read racing a flush may go uncounted (advisory)
+        if not accessed:
+            self._accessed_since = time.monotonic()
+        accessed[memory_id] = time.time()
+
+    def flush_accesses(self) -> None:
+        """Write noted accesses now (a mount calls this every second from a worker thread)."""
+        if self._accessed:
+            self.db.run(self._flush_accesses, write=True)
+
+    def _flush_accesses(self, tx: Tx) -> None:
+        with self._access_lock:
+            pending, self._accessed = self._accessed, {}
+        for memory_id, at in pending.items():
+            stamp = _timestamp(datetime.fromtimestamp(at, UTC))
+            tx.run(
+                "UPDATE memories SET accessed_at = :at WHERE id = :id "
+                "AND (accessed_at IS NULL OR accessed_at < :at)",
+                {"at": stamp, "id": memory_id},
+            )
 
     @staticmethod
     def _notify(tx: Tx, store_id: str) -> None:
@@ -436,10 +526,17 @@ class MemoryService:
         return self._read(run)
 
     def update_store(
-        self, store_id: str, *, name: str | None = None, description: str | None = None
+        self,
+        store_id: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        on_full: OnFull | None = None,
     ) -> MemoryStore:
-        if name is None and description is None:
-            raise InvalidRequest("nothing to update: give a name, a description or both")
+        if name is None and description is None and on_full is None:
+            raise InvalidRequest("nothing to update: give a name, a description or on_full")
+        if on_full is not None:
+            on_full = _validate_on_full(on_full)
         if name is not None:
             name = _validate_store_name(name)
         if description is not None:
@@ -449,9 +546,10 @@ class MemoryService:
             row = self._lock_store(tx, store_id)
             tx.run(
                 "UPDATE memory_stores SET name = :name, description = :description, "
-                "updated_at = :now, revision = revision + 1 WHERE id = :id",
+                "on_full = :on_full, updated_at = :now, revision = revision + 1 WHERE id = :id",
                 {"name": row.name if name is None else name,
                  "description": row.description if description is None else description,
+                 "on_full": row.on_full if on_full is None else on_full,
                  "now": utc_now(), "id": store_id},
             )  # fmt: skip
             self._notify(tx, store_id)
@@ -601,8 +699,8 @@ class MemoryService:
         )  # fmt: skip
         tx.run(
             "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
-            "created_at, updated_at, head_version_id) VALUES (:id, :store, :path, :content, "
-            ":sha, :size, :now, :now, :version)",
+            "created_at, updated_at, head_version_id, accessed_at) VALUES (:id, :store, :path, "
+            ":content, :sha, :size, :now, :now, :version, :now)",
             {"id": memory_id, "store": store_id, "path": path, "content": content,
              "sha": sha, "size": size, "now": now, "version": version_id},
         )  # fmt: skip
@@ -715,17 +813,21 @@ class MemoryService:
                 return path
         raise Conflict(f"no free journal segment name for {stamp}")
 
-    def get_memory(self, store_id: str, memory_id: str) -> Memory:
-        """A memory with its content."""
+    def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory:
+        """A memory with its content; a read that counts as an access (``note_access``)
+        unless ``count_access`` is False (a mount catching up with changes is no reader)."""
 
         def run(tx: Tx) -> Memory:
             row = self._memory_row(tx, store_id, memory_id, content=True)
             return _memory(row, row.content)
 
-        return self._read(run)
+        memory = self._read(run)
+        if count_access:
+            self.note_access(store_id, memory.id)
+        return memory
 
     def find_memory(self, store_id: str, path: str) -> Memory:
-        """The memory at ``path``, with its content."""
+        """The memory at ``path``, with its content (a read: counts as an access)."""
         path = validate_path(path)
 
         def run(tx: Tx) -> Memory:
@@ -739,7 +841,9 @@ class MemoryService:
                 raise NotFound(f"no memory at {path!r} in store {store_id!r}")
             return _memory(row, row.content)
 
-        return self._read(run)
+        memory = self._read(run)
+        self.note_access(store_id, memory.id)
+        return memory
 
     def update_memory(
         self,
@@ -816,8 +920,8 @@ class MemoryService:
         )  # fmt: skip
         tx.run(
             "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
-            "size_bytes = :size, updated_at = :now, head_version_id = :version "
-            "WHERE id = :id",
+            "size_bytes = :size, updated_at = :now, head_version_id = :version, "
+            "accessed_at = :now WHERE id = :id",
             {"path": new_path, "content": new_content, "sha": sha, "size": size,
              "now": now, "version": version_id, "id": row.id},
         )  # fmt: skip
@@ -1500,7 +1604,8 @@ class MemoryService:
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         attached = tx.all(
-            "SELECT a.store_id, a.access, a.instructions, a.slug, s.name, s.description, s.kind "
+            "SELECT a.store_id, a.access, a.instructions, a.slug, s.name, s.description, s.kind, "
+            "s.on_full "
             "FROM session_attachments a JOIN memory_stores s ON s.id = a.store_id "
             "WHERE a.session_id = :id ORDER BY a.position",
             {"id": session_id},
@@ -1515,6 +1620,7 @@ class MemoryService:
                 description=a.description,
                 mount_path=f"{root}/{a.slug}",
                 kind=a.kind,
+                on_full=a.on_full,
             )
             for a in attached
         )
