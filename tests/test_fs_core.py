@@ -9,8 +9,9 @@ import pytest
 
 from mnemofs import errors
 from mnemofs.fs.adapter import errno_for
-from mnemofs.fs.core import TEMP_NAME, FsError, MemoryFs, Node
+from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Memory
+from mnemofs.paths import TEMP_NAME
 from mnemofs.store import MemoryService
 
 

@@ -8,6 +8,7 @@ whole path at most ``MAX_PATH_BYTES`` as UTF-8. A *prefix* names a directory and
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 
@@ -105,3 +106,20 @@ def unique_slugs(names: Iterable[str]) -> list[str]:
         taken.add(slug)
         result.append(slug)
     return result
+
+
+# Names that editors and tools give their temporary files (sed -i, tempfile, rsync, vim...):
+# the mount keeps them in memory and sync mode leaves them alone.
+TEMP_NAME = re.compile(
+    r"""^(?:
+        sed[A-Za-z0-9]{6}            # GNU sed -i
+      | tmp[a-z0-9_]{8}.*            # Python tempfile
+      | \.\#.*                       # Emacs lock / temp
+      | \..+\.[A-Za-z0-9]{6}         # rsync, many atomic writers: .name.XXXXXX
+      | 4913                         # vim's "can I write here" probe
+      | .*\.sw[a-p]                  # vim swap
+      | .*~                          # backups
+      | .*\.(?:tmp|temp|new|part)    # explicit temporary suffixes
+    )$""",
+    re.VERBOSE,
+)

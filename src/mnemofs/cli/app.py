@@ -594,6 +594,42 @@ def mount(
         daemon.start_background(ctx.db, session, options)
 
 
+@cli.command("sync")
+@click.option("--session", "session_id", metavar="SESSION", help="Sync this session's stores.")
+@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
+              help="Create a session attaching STORE (repeat), print its id, sync it.")  # fmt: skip
+@click.option("--root", metavar="DIR",
+              help="Where the stores' folders go (default: the session's mount root).")  # fmt: skip
+@click.option("--interval", type=float, default=15.0, show_default=True,
+              help="Seconds between reconciles (at least 1).")  # fmt: skip
+@click.option("--once", is_flag=True, help="Reconcile once and exit (for hooks and cron).")
+@click.option("--foreground", is_flag=True, help="Stay in the foreground until SIGINT/SIGTERM.")
+@pass_ctx
+def sync(ctx: Context, session_id: str | None, attach: tuple[str, ...], root: str | None,
+         interval: float, once: bool, foreground: bool) -> None:  # fmt: skip
+    """Keep a local folder per attached store in step with the database (no FUSE needed).
+
+    Reconciles at most every --interval seconds and once more on SIGINT/SIGTERM. Without
+    --foreground or --once, the first reconcile runs here and a background worker continues.
+    """
+    from mnemofs.cli import syncing
+
+    if bool(session_id) == bool(attach):
+        raise click.UsageError("give --session SESSION or --attach STORE[:MODE] ...")
+    if interval < 1:
+        raise click.UsageError(f"--interval must be at least 1 second, got {interval}")
+    if session_id:
+        session = ctx.service.get_session(session_id)
+    else:
+        session = ctx.service.create_session(
+            [parse_attach(ctx, a) for a in attach],
+            mount_root=os.path.abspath(root or DEFAULT_MOUNT_ROOT),
+        )
+        click.echo(session.id)
+    folder = os.path.abspath(root or session.mount_root)
+    syncing.run(ctx.db, session, folder, interval, once=once, foreground=foreground)
+
+
 @cli.command("umount")
 @click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True, metavar="DIR",
               help="The mount point to unmount.")  # fmt: skip

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -40,27 +39,13 @@ from typing import Literal
 from mnemofs import limits
 from mnemofs.errors import Conflict, MnemofsError, NotFound
 from mnemofs.models import Change, Memory, Session, StoreId
-from mnemofs.paths import validate_path
+from mnemofs.paths import TEMP_NAME, validate_path
 from mnemofs.store import MemoryService, decode_content
 
 ROOT_INO = 1
 TEMP_GRACE_S = 2.0
 FOLD_WINDOW_S = 300.0
 CONTENT_CACHE_ENTRIES = 4096
-
-TEMP_NAME = re.compile(
-    r"""^(?:
-        sed[A-Za-z0-9]{6}            # GNU sed -i
-      | tmp[a-z0-9_]{8}.*            # Python tempfile
-      | \.\#.*                       # Emacs lock / temp
-      | \..+\.[A-Za-z0-9]{6}         # rsync, many atomic writers: .name.XXXXXX
-      | 4913                         # vim's "can I write here" probe
-      | .*\.sw[a-p]                  # vim swap
-      | .*~                          # backups
-      | .*\.(?:tmp|temp|new|part)    # explicit temporary suffixes
-    )$""",
-    re.VERBOSE,
-)
 
 
 class FsError(Exception):

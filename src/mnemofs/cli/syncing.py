@@ -1,0 +1,70 @@
+"""``mnemofs sync``: run the sync worker once, in the foreground, or in the background."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from mnemofs.models import Session
+from mnemofs.store import MemoryService, make_engine
+from mnemofs.sync import Report, SyncWorker
+
+log = logging.getLogger("mnemofs.sync")
+
+
+def run(db: str | None, session: Session, root: str, interval: float, *, once: bool,
+        foreground: bool) -> None:  # fmt: skip
+    """Reconcile (as the session) once; then exit, loop here, or hand over to a worker."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    service = MemoryService(make_engine(db), actor=session.id)
+    worker = SyncWorker(service, session, Path(root), interval=interval)
+    try:
+        report = worker.reconcile()
+        click.echo(f"mnemofs: synced {len(session.resources)} store(s) at {root} "
+                   f"(session {session.id}): {summary(report)}")  # fmt: skip
+        if once:
+            return
+        if not foreground:
+            _start_background(db, session, root, interval)
+            return
+        sys.stdout.flush()
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        while not stop.wait(interval):
+            _log(worker.reconcile())
+        log.info("stopping: one last reconcile")
+        _log(worker.reconcile())
+    finally:
+        service.close()
+
+
+def summary(report: Report) -> str:
+    parts = [f"{len(v)} {k.replace('_', ' ')}" for k, v in vars(report).items() if v]
+    return ", ".join(parts) or "nothing to do"
+
+
+def _log(report: Report) -> None:
+    if any(vars(report).values()):
+        log.info("reconciled: %s", summary(report))
+
+
+def _start_background(db: str | None, session: Session, root: str, interval: float) -> None:
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    logfile = state / "mnemofs" / "sync" / f"{session.id}.log"
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "mnemofs", *(["--db", db] if db else []), "sync",
+            "--session", session.id, "--root", root, "--interval", str(interval),
+            "--foreground"]  # fmt: skip
+    with open(logfile, "a") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)  # fmt: skip
+    click.echo(f"syncing {root} in the background (pid {proc.pid}, log {logfile}); "
+               f"stop it with: kill {proc.pid}")  # fmt: skip

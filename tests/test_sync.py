@@ -1,0 +1,194 @@
+"""Sync mode with real processes and a real folder, on both backends: `mnemofs sync`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mnemofs.store import Engine, MemoryService
+
+from .mounted import run, wait_for
+
+
+class Env:
+    def __init__(self, engine: Engine, db_url: str, tmp_path: Path) -> None:
+        self.db_url = db_url
+        self.service = MemoryService(engine, actor="api")
+        self.notes = self.service.create_store("Notes").id
+        self.docs = self.service.create_store("Docs").id
+        self.service.create_memory(self.notes, "/a.md", "alpha\n")
+        self.service.create_memory(self.docs, "/readme.md", "read me\n")
+        self.root = tmp_path / "memory"
+        self.session = self.service.create_session(
+            [{"memory_store_id": self.notes},
+             {"memory_store_id": self.docs, "access": "read_only"}],
+            mount_root=str(self.root),
+        )  # fmt: skip
+
+    def argv(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "mnemofs", "--db", self.db_url, "sync", "--session",
+                self.session.id, *extra]  # fmt: skip
+
+    def once(self, interval: float = 15) -> str:
+        done = subprocess.run(self.argv("--once", "--interval", str(interval)),
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    def stored(self, store: str) -> dict[str, str]:
+        return {m.path: self.service.find_memory(store, m.path).content or ""
+                for m in self.service.list_memories(store)}  # fmt: skip
+
+    def versions(self, store: str) -> list[tuple[str, str, str]]:
+        return [(v.operation, v.path, v.actor) for v in self.service.list_versions(store)]
+
+
+def make(engine: Engine, db_url: str, tmp_path: Path) -> Env:
+    return Env(engine, db_url, tmp_path)
+
+
+def test_local_edits_with_ordinary_tools_become_versions(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    env = make(engine, db_url, tmp_path)
+    env.once()
+    notes = env.root / "notes"
+    assert (notes / "a.md").read_text() == "alpha\n"
+    assert (env.root / "docs" / "readme.md").read_text() == "read me\n"
+    run("sh", "-c", "echo beta > b.md && sed -i s/alpha/ALPHA/ a.md && mkdir -p d && "
+        "echo gamma > d/c.md", cwd=notes)  # fmt: skip
+    env.once()
+    assert env.stored(env.notes) == {"/a.md": "ALPHA\n", "/b.md": "beta\n", "/d/c.md": "gamma\n"}
+    mine = [v for v in env.versions(env.notes) if v[2] == env.session.id]
+    assert sorted(mine) == [("created", "/b.md", env.session.id),
+                            ("created", "/d/c.md", env.session.id),
+                            ("modified", "/a.md", env.session.id)]  # fmt: skip
+    # Restart resumes from the state file: nothing changed, nothing uploaded again.
+    before = len(env.versions(env.notes))
+    assert "nothing to do" in env.once()
+    assert len(env.versions(env.notes)) == before
+    # Remote changes come down.
+    env.service.update_memory(env.notes, env.service.find_memory(env.notes, "/b.md").id,
+                              content="from the api\n")  # fmt: skip
+    env.service.create_memory(env.notes, "/e.md", "new remote\n")
+    env.service.delete_memory(env.notes, env.service.find_memory(env.notes, "/d/c.md").id)
+    env.once()
+    assert (notes / "b.md").read_text() == "from the api\n"
+    assert (notes / "e.md").read_text() == "new remote\n"
+    assert not (notes / "d" / "c.md").exists()
+    env.service.close()
+
+
+def test_both_sides_changed_keeps_both(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    env = make(engine, db_url, tmp_path)
+    env.once()
+    (env.root / "notes" / "a.md").write_text("local edit\n")
+    memory = env.service.update_memory(
+        env.notes, env.service.find_memory(env.notes, "/a.md").id, content="remote edit\n"
+    )
+    env.once()
+    side = f"/a.conflict-{memory.version_id}.md"
+    assert (env.root / "notes" / "a.md").read_text() == "remote edit\n"  # the head stays
+    assert (env.root / "notes" / side.lstrip("/")).read_text() == "local edit\n"
+    assert env.stored(env.notes) == {"/a.md": "remote edit\n", side: "local edit\n"}
+    env.service.close()
+
+
+def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    env = make(engine, db_url, tmp_path)
+    env.service.create_memory(env.notes, "/b.md", "beta\n")
+    env.once(interval=1)
+    (env.root / "notes" / "b.md").unlink()
+    env.once(interval=1)
+    assert "/b.md" in env.stored(env.notes)  # on hold
+    time.sleep(1.1)
+    env.once(interval=1)
+    assert "/b.md" not in env.stored(env.notes)  # missing for a whole interval: deleted
+    assert ("deleted", "/b.md", env.session.id) in env.versions(env.notes)
+    # Everything gone at once (a wiped or unmounted folder): refused, said, nothing deleted.
+    env.service.create_memory(env.notes, "/c.md", "gamma\n")
+    env.once(interval=1)
+    for f in (env.root / "notes").iterdir():
+        f.unlink()
+    time.sleep(1.1)
+    out = env.once(interval=1) + env.once(interval=1)
+    assert "lost every one of its 2 files" in out
+    assert set(env.stored(env.notes)) == {"/a.md", "/c.md"}
+    errors_file = (env.root / ".mnemofs-sync-errors").read_text()
+    assert "not deleting them from the store" in errors_file
+    env.service.close()
+
+
+def test_read_only_store_is_restored(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    env = make(engine, db_url, tmp_path)
+    env.once()
+    docs = env.root / "docs"
+    assert (docs / "readme.md").stat().st_mode & 0o222 == 0  # read-only files
+    os.chmod(docs / "readme.md", 0o644)
+    (docs / "readme.md").write_text("tampered\n")
+    (docs / "new.md").write_text("sneaked in\n")
+    out = env.once()
+    assert "discarded" in out
+    assert (docs / "readme.md").read_text() == "read me\n"
+    assert not (docs / "new.md").exists()
+    (docs / "readme.md").unlink()
+    env.once()
+    assert (docs / "readme.md").read_text() == "read me\n"
+    assert env.versions(env.docs) == [("created", "/readme.md", "api")]  # nothing uploaded
+    env.service.close()
+
+
+def test_files_the_store_refuses_stay_local_and_are_reported(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    env = make(engine, db_url, tmp_path)
+    env.once()
+    notes = env.root / "notes"
+    (notes / "big.md").write_bytes(b"x" * (100 * 1024 + 1))
+    (notes / "binary.md").write_bytes(b"\xff\xfe not utf-8")
+    out = env.once()
+    assert "big.md: not uploaded" in out
+    report = (env.root / ".mnemofs-sync-errors").read_text()
+    assert "/big.md: not uploaded" in report
+    assert "/binary.md: not uploaded" in report
+    assert set(env.stored(env.notes)) == {"/a.md"}
+    assert (notes / "big.md").exists()
+    assert "big.md" not in env.once()  # reported once per change, not at every reconcile
+    (notes / "big.md").unlink()
+    (notes / "binary.md").unlink()
+    env.once()
+    assert not (env.root / ".mnemofs-sync-errors").exists()
+    env.service.close()
+
+
+def test_foreground_worker_brings_changes_and_reconciles_at_sigterm(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    env = make(engine, db_url, tmp_path)
+    argv = env.argv("--foreground", "--interval", "1")
+    worker = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().startswith("mnemofs: synced 2 store(s)")
+        env.service.update_memory(env.notes, env.service.find_memory(env.notes, "/a.md").id,
+                                  content="remote\n")  # fmt: skip
+        a = env.root / "notes" / "a.md"
+        assert wait_for(lambda: a.read_text() == "remote\n", timeout=5.0)  # within an interval
+        (env.root / "notes" / "last.md").write_text("written just before the end\n")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert env.stored(env.notes)["/last.md"] == "written just before the end\n"
+    state = json.loads((tmp_path / ".memory.mnemofs-sync.json").read_text())
+    assert state["session"] == env.session.id
+    env.service.close()
