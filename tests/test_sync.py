@@ -192,3 +192,21 @@ def test_foreground_worker_brings_changes_and_reconciles_at_sigterm(
     state = json.loads((tmp_path / ".memory.mnemofs-sync.json").read_text())
     assert state["session"] == env.session.id
     env.service.close()
+
+
+def test_background_worker_starts_syncs_and_stops_by_its_pid(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    env = make(engine, db_url, tmp_path)
+    logs = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    started = subprocess.run(env.argv("--interval", "1"), capture_output=True, text=True, env=logs)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("mnemofs: synced 2 store(s)")
+    pid = int(started.stdout.split("(pid ", 1)[1].split(",", 1)[0])
+    try:
+        (env.root / "notes" / "bg.md").write_text("from the background\n")
+        assert wait_for(lambda: "/bg.md" in env.stored(env.notes), timeout=10.0)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30.0)
+    env.service.close()
