@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mnemofs import errors
-from mnemofs.fs.watch import FileWatch
+from mnemofs.inotify import FileWatch
 from mnemofs.models import Memory
 from mnemofs.store import MemoryService, make_engine
 

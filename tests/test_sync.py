@@ -210,3 +210,51 @@ def test_background_worker_starts_syncs_and_stops_by_its_pid(
         os.kill(pid, signal.SIGTERM)
         assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30.0)
     env.service.close()
+
+
+def test_a_watching_worker_looks_only_at_what_changed(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """In-process: after the start-up looks, a reconcile stats only what inotify reported, and
+    still sees edits, new files, deletes (after the hold) and new directories."""
+    from mnemofs.sync import SyncWorker
+
+    env = make(engine, db_url, tmp_path)
+    service = MemoryService(engine, actor=env.session.id)
+    worker = SyncWorker(service, env.session, env.root, interval=0.01)
+    worker.reconcile()
+    worker.watch_local_changes()
+    worker.reconcile()  # makes the watches
+    worker.reconcile()  # the one full look after a new watch
+    notes = env.root / "notes"
+    looked: list[set[str]] = []
+    real_stat = SyncWorker._stat
+
+    def spy(folder: Path, paths: set[str]) -> dict[str, os.stat_result]:
+        looked.append(set(paths))
+        return real_stat(folder, paths)
+
+    worker._stat = spy  # type: ignore[method-assign]
+    (notes / "a.md").write_text("edited\n")
+    (notes / "n.md").write_text("new\n")
+    looked.clear()
+    worker.reconcile()
+    assert set().union(*looked) == {"/a.md", "/n.md"}  # both stores: nothing else was looked at
+    assert env.stored(env.notes) == {"/a.md": "edited\n", "/n.md": "new\n"}
+    (notes / "n.md").unlink()
+    worker.reconcile()  # on hold
+    time.sleep(0.02)
+    worker.reconcile()
+    assert "/n.md" not in env.stored(env.notes)
+    (notes / "sub").mkdir()  # a new directory: one full look, then watched too
+    (notes / "sub" / "s.md").write_text("in a new directory\n")
+    for _ in range(3):
+        worker.reconcile()
+    assert env.stored(env.notes)["/sub/s.md"] == "in a new directory\n"
+    (notes / "sub" / "s.md").write_text("edited again\n")
+    looked.clear()
+    worker.reconcile()
+    assert set().union(*looked) == {"/sub/s.md"}
+    assert env.stored(env.notes)["/sub/s.md"] == "edited again\n"
+    service.close()
+    env.service.close()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME
 from mnemofs.store import MemoryService, decode_content
@@ -97,6 +98,9 @@ class SyncWorker:
         self.state_file = state_path(root)
         self.states: dict[str, StoreState] = {}
         self.dirty = True  # the state file needs writing
+        self.watching = False
+        self.watches: dict[str, TreeWatch] = {}  # store id -> its folder's watch
+        self.fresh: set[str] = set()  # stores whose watch is new: their next look is full
         self.reported: dict[str, str] = {}  # "store:path" -> sha256 of what was reported
         self._load()
 
@@ -159,9 +163,18 @@ class SyncWorker:
         store_id = attachment.memory_store_id
         writable = attachment.access == "read_write"
         remote, last_seq = self._remote_changes(store_id, state)
-        local = self._scan(folder)
         known = set(state.files)
-        if known and folder_lost(folder, local, known):
+        hinted = self._local_hints(store_id)
+        if hinted is None:  # look at every file
+            local = self._scan(folder)
+            paths = set(local) | set(remote) | known
+            lost = bool(known) and folder_lost(folder, local, known)
+        else:  # only what inotify saw change, what changed remotely, deletes on hold
+            paths = hinted | set(remote) | set(state.missing_since)
+            local = self._stat(folder, paths)
+            lost = not folder.is_dir() or (len(known) > 1 and known <= hinted
+                                           and not (set(local) & known))  # fmt: skip
+        if lost:
             message = (f"{folder} lost every one of its {len(known)} files at once; not "
                        "deleting them from the store (restore the folder, or remove it and "
                        f"{self.state_file.name} to start over)")  # fmt: skip
@@ -169,13 +182,63 @@ class SyncWorker:
             log.error("%s", message)
             return
         now = time.time()
-        for path in sorted(set(local) | set(remote) | known):
+        for path in sorted(paths):
             self._reconcile_path(store_id, folder, state, path, local.get(path),
                                  remote.get(path, _UNCHANGED), writable, now,
                                  report)  # fmt: skip
         if state.last_seq != last_seq:
             state.last_seq = last_seq
             self.dirty = True
+        if self.watching and store_id not in self.watches:
+            self._watch(store_id, folder)
+
+    # -- inotify: a long-running worker looks only at what changed locally ----------------------
+
+    def watch_local_changes(self) -> None:
+        """From now on, reconciles stat only the local files inotify saw change (and do a full
+        look after anything inotify cannot describe: a new, moved or removed directory, an
+        overflow). For a long-running worker; ``--once`` always looks at every file."""
+        self.watching = True
+
+    def _watch(self, store_id: str, folder: Path) -> None:
+        old = self.watches.pop(store_id, None)
+        if old is not None:
+            old.close()
+        try:
+            self.watches[store_id] = TreeWatch(str(folder))
+        except OSError as exc:
+            log.info("not watching %s (%s): every reconcile looks at every file", folder, exc)
+            return
+        self.fresh.add(store_id)  # edits made before the watch existed: one more full look
+
+    def _local_hints(self, store_id: str) -> set[str] | None:
+        """The local paths to look at, or None for all of them."""
+        watch = self.watches.get(store_id)
+        if watch is None:
+            return None
+        changed = watch.drain()
+        if changed is None:  # the watch cannot describe what happened: a new one after this
+            watch.close()
+            del self.watches[store_id]
+            return None
+        if store_id in self.fresh:
+            self.fresh.discard(store_id)
+            return None
+        return {p for p in changed if not _skipped(p.rsplit("/", 1)[1])}
+
+    @staticmethod
+    def _stat(folder: Path, paths: set[str]) -> dict[str, os.stat_result]:
+        found: dict[str, os.stat_result] = {}
+        for path in paths:
+            if _skipped(path.rsplit("/", 1)[1]):
+                continue
+            try:
+                st = os.stat(os.path.join(folder, path.lstrip("/")), follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[path] = st
+        return found
 
     def _remote_changes(self, store_id: str, state: StoreState) -> tuple[dict[str, Any], int]:
         """Path -> the memory now there (or None: gone), for what changed since last time."""
@@ -185,16 +248,21 @@ class SyncWorker:
             out.update((m.path, m) for m in snap.memories)
             return out, snap.last_seq
         changes = self.service.changes(store_id, state.last_seq, limit=1_000_000)
-        last = changes[-1].seq if changes else state.last_seq
+        if not changes:
+            return out, state.last_seq
+        last = changes[-1].seq
+        newest = {c.version.memory_id: c.version.id for c in changes}  # later ones win
         by_id = {entry.memory_id: path for path, entry in state.files.items()}
-        for memory_id in dict.fromkeys(c.version.memory_id for c in changes):
+        for memory_id, version_id in newest.items():
+            old = by_id.get(memory_id)
+            if old is not None and state.files[old].version_id == version_id:
+                continue  # the version we wrote or brought down ourselves: no query needed
             try:
                 memory: Memory | None = self.service.get_memory(
                     store_id, memory_id, count_access=False
                 )
             except NotFound:
                 memory = None
-            old = by_id.get(memory_id)
             if (
                 memory is not None
                 and old == memory.path
@@ -225,7 +293,7 @@ class SyncWorker:
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((entry.path, f"{prefix}/{name}"))
-                elif not TEMP_NAME.match(name):
+                elif not _skipped(name):
                     with contextlib.suppress(OSError):
                         found[f"{prefix}/{name}"] = entry.stat(follow_symlinks=False)
         return found
@@ -426,6 +494,11 @@ _UNCHANGED: Any = _Unchanged()
 def folder_lost(folder: Path, local: dict[str, os.stat_result], known: set[str]) -> bool:
     """Did the folder lose every file the baseline knows, all at once?"""
     return not folder.is_dir() or (len(known) > 1 and not (set(local) & known))
+
+
+def _skipped(name: str) -> bool:
+    """Temporary files of editors and tools, and the worker's own files, are never synced."""
+    return name.startswith(".mnemofs") or bool(TEMP_NAME.match(name))
 
 
 def _read(path: Path) -> bytes | None:

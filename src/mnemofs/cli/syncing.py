@@ -35,6 +35,7 @@ def run(db: str | None, session: Session, root: str, interval: float, *, once: b
             _start_background(db, session, root, interval)
             return
         sys.stdout.flush()
+        worker.watch_local_changes()
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())

@@ -26,7 +26,7 @@ import trio
 from mnemofs.errors import Unavailable
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
-from mnemofs.fs.watch import FileWatch
+from mnemofs.inotify import FileWatch
 from mnemofs.models import Session
 from mnemofs.store import Listener, MemoryService
 
