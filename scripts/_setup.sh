@@ -6,6 +6,15 @@
 log() { printf '== %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# Debian packages named by the caller, none if the list is empty.
+apt_install() {
+  [ $# -gt 0 ] || return 0
+  log "installing Debian packages: $*"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "$@" >/dev/null
+}
+
 # Debian packages: FUSE (runtime, and headers to build pyfuse3), PostgreSQL, the tools the
 # mounted tests drive, and bindfs as the benchmark's baseline.
 ensure_debian_packages() {
@@ -17,12 +26,7 @@ ensure_debian_packages() {
   for tool in rsync:rsync bindfs:bindfs vim:vim runuser:util-linux; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
   done
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing Debian packages: ${need[*]}"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${need[@]}" >/dev/null
-  fi
+  apt_install ${need[@]+"${need[@]}"}
 }
 
 # The Python environment, reinstalled only when pyproject.toml changes.
@@ -75,12 +79,7 @@ ensure_container_tools() {
   for tool in podman:podman runc:runc debootstrap:debootstrap; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
   done
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing Debian packages: ${need[*]}"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${need[@]}" >/dev/null
-  fi
+  apt_install ${need[@]+"${need[@]}"}
 }
 
 ensure_base_image() {
