@@ -151,3 +151,31 @@ def test_commit_files_hear_every_sqlite_commit(tmp_path: Path) -> None:
     finally:
         watch.close()
         service.close()
+
+
+def test_save_file_targets_the_memory_then_the_path_then_creates(
+    service: MemoryService, store_id: str
+) -> None:
+    a = service.create_memory(store_id, "/a.md", "a0")
+    saved, created = service.save_file(store_id, "/a.md", "a1", memory_id=a.id)
+    assert (saved.id, saved.content, created) == (a.id, "a1", False)
+    # The memory moved elsewhere meanwhile: the version follows it, wherever it is.
+    service.update_memory(store_id, a.id, path="/moved.md")
+    saved, created = service.save_file(store_id, "/a.md", "a2", memory_id=a.id)
+    assert (saved.id, saved.path, created) == (a.id, "/moved.md", False)
+    # Deleted meanwhile, and another writer made the path: that memory's next version.
+    service.delete_memory(store_id, a.id)
+    other = service.create_memory(store_id, "/a.md", "theirs")
+    saved, created = service.save_file(store_id, "/a.md", "ours", memory_id=a.id)
+    assert (saved.id, saved.content, created) == (other.id, "ours", False)
+    saved, created = service.save_file(store_id, "/new.md", "n")
+    assert (saved.path, created) == ("/new.md", True)
+    assert service.get_store(store_id).memory_count == 2  # /a.md (theirs) and /new.md
+    # A directory at the path is a conflict, and nothing changes.
+    service.create_memory(store_id, "/d/x.md", "x")
+    before = list(service.list_versions(store_id))
+    with pytest.raises(errors.Conflict):
+        service.save_file(store_id, "/d", "x")
+    assert list(service.list_versions(store_id)) == before
+    assert service.get_store(store_id).memory_count == 3
+    assert service.check(store_id).problems == []

@@ -387,21 +387,9 @@ class SyncWorker:
     def _upload(self, store_id: str, folder: Path, state: StoreState, path: str,
                 base: Entry | None, data: bytes, report: Report) -> None:  # fmt: skip
         try:
-            content = decode_content(data)
-            memory = None
-            if base is not None:
-                with contextlib.suppress(NotFound):
-                    memory = self.service.update_memory(store_id, base.memory_id, content=content)
-            if memory is None:
-                try:
-                    memory = self.service.create_memory(store_id, path, content)
-                except MnemofsError as exc:
-                    existing = None
-                    with contextlib.suppress(NotFound):
-                        existing = self.service.find_memory(store_id, path)
-                    if existing is None:
-                        raise exc from None
-                    memory = self.service.update_memory(store_id, existing.id, content=content)
+            known = base.memory_id if base else None
+            text = decode_content(data)
+            memory, _ = self.service.save_file(store_id, path, text, memory_id=known)
         except MnemofsError as exc:
             self._report(f"{store_id}:{path}", path, hashlib.sha256(data).hexdigest(),
                          exc.message, report)  # fmt: skip

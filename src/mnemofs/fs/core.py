@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Literal
 
 from mnemofs import limits
-from mnemofs.errors import Conflict, MnemofsError, NotFound
+from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.models import Change, Memory, Session, StoreId
 from mnemofs.paths import TEMP_NAME, validate_path
 from mnemofs.store import MemoryService, decode_content
@@ -486,31 +486,12 @@ class MemoryFs:
             if node.memory_id is not None and hashlib.sha256(data).hexdigest() == node.sha256:
                 of.dirty = False  # identical content: no version
                 return
-            content = decode_content(data)
-            memory: Memory | None = None
-            if node.memory_id is not None:
-                try:
-                    memory = self.service.update_memory(
-                        mount.store_id, node.memory_id, content=content, actor=self.actor
-                    )
-                except NotFound:
-                    memory = None  # deleted elsewhere meanwhile: save it again as new
-            if memory is None:
-                try:
-                    memory = self.service.create_memory(
-                        mount.store_id, path, content, actor=self.actor
-                    )
-                    mount.count += 1
-                except Conflict as conflict:
-                    # Another mount created this path meanwhile: on a shared filesystem both
-                    # opened the same file, so this save is its next version (last one wins).
-                    try:
-                        existing = self.service.find_memory(mount.store_id, path)
-                    except NotFound:  # a directory now, or under a file: a real conflict
-                        raise conflict from None
-                    memory = self.service.update_memory(
-                        mount.store_id, existing.id, content=content, actor=self.actor
-                    )
+            memory, created = self.service.save_file(
+                mount.store_id, path, decode_content(data), memory_id=node.memory_id,
+                actor=self.actor,
+            )  # fmt: skip
+            if created:
+                mount.count += 1
         except (MnemofsError, FsError):
             self._undo_failed_save(node)
             raise

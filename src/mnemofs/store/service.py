@@ -760,6 +760,44 @@ class MemoryService:
 
         return self._read(run)
 
+    # -- whole-file saves (the mount, sync mode) ------------------------------------------------
+
+    def save_file(
+        self, store_id: str, path: str, content: str, *, memory_id: str | None = None,
+        actor: str | None = None,
+    ) -> tuple[Memory, bool]:  # fmt: skip
+        """Save a file's whole content as one version, in one transaction; also say whether a
+        memory was created. The version goes to ``memory_id`` while it exists (wherever it
+        moved), else to the memory another writer put at ``path`` meanwhile (on a shared
+        filesystem both opened the same file: last commit wins), else a new memory at
+        ``path``. A directory at ``path`` is a Conflict."""
+        path = validate_path(path)
+        content = validate_content(content)
+
+        def run(tx: Tx) -> tuple[Memory, bool]:
+            self._change_store(tx, store_id)  # locks the store before anything is read
+            row = None
+            if memory_id is not None:
+                row = tx.one(
+                    f"SELECT {_MEMORY_COLS}, content FROM memories "
+                    "WHERE id = :id AND store_id = :store",
+                    {"id": memory_id, "store": store_id},
+                )
+            if row is None:
+                row = tx.one(
+                    f"SELECT {_MEMORY_COLS}, content FROM memories "
+                    "WHERE store_id = :store AND path = :path",
+                    {"store": store_id, "path": path},
+                )
+            if row is not None:
+                return self._apply_update(tx, store_id, row, row.path, content, actor), False
+            self._change_store(tx, store_id, +1, room_for=path)
+            self._check_path_free(tx, store_id, path)
+            sha, size = sha256_hex(content), len(content.encode())
+            return self._insert_memory(tx, store_id, path, content, sha, size, actor), True
+
+        return self._write(run)
+
     # -- journals -------------------------------------------------------------------------------
 
     def append_journal(self, store_id: str, line: str, *, actor: str | None = None) -> Memory:
