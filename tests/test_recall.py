@@ -187,6 +187,7 @@ def test_evict_lru_makes_room_by_least_recent_access(
         service.create_memory(lru, "/f.md", "f")
     with pytest.raises(errors.InvalidRequest, match="on_full"):
         service.update_store(lru, on_full="random")  # type: ignore[arg-type]
+    assert service.get_store(lru).on_full == "refuse"  # the refused update changed nothing
 
 
 def test_reads_through_the_mount_count_as_access(
