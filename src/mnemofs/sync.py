@@ -58,6 +58,7 @@ class StoreState:
     last_seq: int = 0
     files: dict[str, Entry] = field(default_factory=dict)  # store path -> entry
     missing_since: dict[str, float] = field(default_factory=dict)  # local deletes on hold
+    retry: set[str] = field(default_factory=set)  # paths a pass could not finish: look again
 
 
 @dataclass
@@ -181,12 +182,22 @@ class SyncWorker:
             report.errors.append(message)
             log.error("%s", message)
             return
+        if state.retry:
+            paths |= state.retry
+            local.update(self._stat(folder, state.retry - set(local)))
+        state.retry = set()
         now = time.time()
         for path in sorted(paths):
-            self._reconcile_path(store_id, folder, state, path, local.get(path),
-                                 remote.get(path, _UNCHANGED), writable, now,
-                                 report)  # fmt: skip
-        if state.last_seq != last_seq:
+            try:
+                self._reconcile_path(store_id, folder, state, path, local.get(path),
+                                     remote.get(path, _UNCHANGED), writable, now,
+                                     report)  # fmt: skip
+            except (NotFound, OSError) as exc:
+                # Changed or gone on either side while we looked: only this path waits, and the
+                # store's changes since the last pass are read again next time.
+                state.retry.add(path)
+                log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
+        if not state.retry and state.last_seq != last_seq:
             state.last_seq = last_seq
             self.dirty = True
         if self.watching and store_id not in self.watches:

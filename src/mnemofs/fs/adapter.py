@@ -214,7 +214,8 @@ class Adapter(pyfuse3.Operations):
         try:
             self._may_write(ctx, parent_inode, "create")
             node, fh = self.fs.create(parent_inode, _name(name), exclusive=bool(flags & os.O_EXCL),
-                                      truncate=bool(flags & os.O_TRUNC))  # fmt: skip
+                                      truncate=bool(flags & os.O_TRUNC),
+                                      append=bool(flags & os.O_APPEND))  # fmt: skip
             return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(node.ino)), self.attrs(
                 node
             )
@@ -226,7 +227,8 @@ class Adapter(pyfuse3.Operations):
             write = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
             if write or flags & os.O_TRUNC:
                 self._may_write(ctx, inode, "open for writing")
-            fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC))
+            fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC),
+                              append=bool(flags & os.O_APPEND))  # fmt: skip
             # The page cache survives across opens: every change that bypasses the kernel is
             # invalidated (changes from elsewhere) or flagged for the next open (rollbacks).
             return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(inode))

@@ -124,6 +124,10 @@ class Handle:
     node: Node
     writable: bool
     wrote: bool = False
+    # O_APPEND: every write lands at the end of the buffer as it is now. The kernel's offset is
+    # its own idea of the size, which another descriptor's O_TRUNC open may have made stale
+    # before this write reached us (an append there would leave a run of NUL bytes).
+    append: bool = False
 
 
 @dataclass(frozen=True)
@@ -341,10 +345,10 @@ class MemoryFs:
         while len(self._content) > CONTENT_CACHE_ENTRIES:
             self._content.popitem(last=False)
 
-    def _new_handle(self, node: Node, writable: bool) -> int:
+    def _new_handle(self, node: Node, writable: bool, append: bool = False) -> int:
         fh = self._next_fh
         self._next_fh += 1
-        self.handles[fh] = Handle(node, writable)
+        self.handles[fh] = Handle(node, writable, append=append)
         return fh
 
     def _handle(self, fh: int) -> Handle:
@@ -354,7 +358,13 @@ class MemoryFs:
             raise FsError(errno.EBADF, f"no open file {fh}") from None
 
     def create(
-        self, parent_ino: int, name: str, *, exclusive: bool = True, truncate: bool = False
+        self,
+        parent_ino: int,
+        name: str,
+        *,
+        exclusive: bool = True,
+        truncate: bool = False,
+        append: bool = False,
     ) -> tuple[Node, int]:
         """open(O_CREAT). The kernel asks only when it believes ``name`` absent, but another
         mount may have made it since: without O_EXCL that is an open of the file it made."""
@@ -365,7 +375,7 @@ class MemoryFs:
         if existing is not None:
             if exclusive:
                 raise FsError(errno.EEXIST, f"{name!r} exists")
-            fh = self.open(existing.ino, write=True, truncate=truncate)
+            fh = self.open(existing.ino, write=True, truncate=truncate, append=append)
             existing.lookups += 1
             return existing, fh
         temporary = bool(TEMP_NAME.match(name))
@@ -379,7 +389,7 @@ class MemoryFs:
         node.born = node.temp_since = time.monotonic()
         node.file = OpenFile(bytearray(), dirty=True, opens=1)
         node.lookups += 1
-        return node, self._new_handle(node, True)
+        return node, self._new_handle(node, True, append)
 
     @staticmethod
     def _store_full(mount: StoreMount) -> bool:
@@ -394,7 +404,7 @@ class MemoryFs:
         node.stale_pages = False
         return keep
 
-    def open(self, ino: int, *, write: bool, truncate: bool) -> int:
+    def open(self, ino: int, *, write: bool, truncate: bool, append: bool = False) -> int:
         node = self.node(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR, f"{node.name!r} is a directory")
@@ -409,7 +419,7 @@ class MemoryFs:
             node.file.data.clear()
             node.file.dirty = True
             node.mtime_ns = node.ctime_ns = _now_ns()
-        return self._new_handle(node, write or truncate)
+        return self._new_handle(node, write or truncate, append and write)
 
     def read(self, fh: int, offset: int, size: int) -> bytes:
         node = self._handle(fh).node
@@ -424,6 +434,9 @@ class MemoryFs:
         self._writable(node, "write")
         assert node.file is not None
         buf = node.file.data
+        if handle.append and offset != len(buf):
+            offset = len(buf)
+            node.stale_pages = True  # the kernel cached these bytes at its own offset
         end = offset + len(data)
         if end > limits.MAX_CONTENT_BYTES:
             node.file.failed = errno.EFBIG

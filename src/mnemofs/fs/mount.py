@@ -45,7 +45,8 @@ LOOK_INTERVAL_S = 0.05
 QUIET_LOOK_PAUSE_S = 0.005
 PROMOTE_INTERVAL_S = 0.25  # how often temp files left alone are looked at
 PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
-CHECKPOINT_INTERVAL_S = 1.0
+CHECKPOINT_LOOK_S = 0.25
+ACCESS_FLUSH_S = 1.0
 RECONNECT_INTERVAL_S = 0.5  # while the database is unreachable, try this often
 
 
@@ -279,15 +280,19 @@ def _listen(service: MemoryService) -> Listener | None:
 
 
 async def _checkpoint(service: MemoryService) -> None:
-    """Every second, in a worker thread, off the save path: checkpoint the SQLite WAL (see
-    ``MemoryService.defer_checkpoints``) and write the reads noted for 'evict-lru'."""
+    """In a worker thread, off the save path: keep the SQLite WAL small (a look every
+    ``CHECKPOINT_LOOK_S``, see ``Database.checkpoint``) and, every second, write the reads
+    noted for 'evict-lru'."""
+    last_flush = time.monotonic()
     while True:
-        await trio.sleep(CHECKPOINT_INTERVAL_S)
+        await trio.sleep(CHECKPOINT_LOOK_S)
         if service.unavailable is not None:
             continue
         try:
             await trio.to_thread.run_sync(service.checkpoint)
-            await trio.to_thread.run_sync(service.flush_accesses)
+            if time.monotonic() - last_flush >= ACCESS_FLUSH_S:
+                last_flush = time.monotonic()
+                await trio.to_thread.run_sync(service.flush_accesses)
         except Exception as exc:
             log.warning("background write failed (%s); retrying", exc)
 

@@ -33,6 +33,9 @@ SQLITE_CACHE_KIB = 65_536  # per connection, at most: a full store's memories st
 # Checkpoint the WAL every ~40 MB instead of every 4 MB: each checkpoint syncs the database
 # file, and with every save writing a version this took 10-25% of save time (measured).
 SQLITE_CHECKPOINT_PAGES = 10_000
+# A WAL file that a restart left larger than this is cut back to it at the next commit (SQLite
+# never shrinks it otherwise). See ``Database.checkpoint`` for how the log gets restarted.
+SQLITE_JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 class SchemaOutOfDate(InvalidRequest):
@@ -136,6 +139,7 @@ def _configure_sqlite(conn: Any) -> None:
     cur.execute("PRAGMA foreign_keys = ON")
     cur.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
     cur.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
+    cur.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
     cur.close()
 
 

@@ -118,6 +118,10 @@ memory_versions = Table(
     Column("created_at", Text, nullable=False),
     Column("actor", Text, nullable=False),  # a session id, 'cli', 'api' or 'sync'
     Column("redacted_at", Text),
+    # A fold (a mount's fresh temporary file renamed over this memory) drops the temporary
+    # memory's whole history: this version, which took its content, names it, and the change
+    # feed reports it deleted here, so mounts and sync workers that saw it let go of it.
+    Column("folded_id", Text),
     Index(None, "store_id", "seq"),
     Index(None, "memory_id", "seq"),
 )

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -658,15 +659,17 @@ class MemoryService:
         size: int,
         now: str,
         actor: str | None,
+        folded_id: str | None = None,
     ) -> VersionId:
         version_id = VersionId(new_id(VERSION_PREFIX))
         tx.run(
             "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, "
-            "content_sha256, size_bytes, created_at, actor, redacted_at) VALUES (:id, :store, "
-            ":memory, :op, :path, :content, :sha, :size, :now, :actor, NULL)",
+            "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES "
+            "(:id, :store, :memory, :op, :path, :content, :sha, :size, :now, :actor, NULL, "
+            ":folded)",
             {"id": version_id, "store": store_id, "memory": memory_id, "op": operation,
              "path": path, "content": content, "sha": sha, "size": size, "now": now,
-             "actor": actor or self.actor},
+             "actor": actor or self.actor, "folded": folded_id},
         )  # fmt: skip
         return version_id
 
@@ -936,6 +939,7 @@ class MemoryService:
         actor: str | None,
         *,
         keep_directory: bool = False,
+        folded_id: str | None = None,
     ) -> Memory:
         """Write a memory's new path and/or content and its one version (none if unchanged).
 
@@ -954,7 +958,7 @@ class MemoryService:
         size = len(encoded)
         version_id = self._write_version(
             tx, store_id=store_id, memory_id=row.id, operation=operation, path=new_path,
-            content=new_content, sha=sha, size=size, now=now, actor=actor,
+            content=new_content, sha=sha, size=size, now=now, actor=actor, folded_id=folded_id,
         )  # fmt: skip
         tx.run(
             "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
@@ -1305,7 +1309,9 @@ class MemoryService:
         With ``fold`` (a mount renaming a file it just created over another: a temporary file
         of one logical save) and a source whose every version is by ``actor``, the source's
         history is dropped instead of closed with a ``deleted`` version, so the save leaves
-        exactly one version.
+        exactly one version; that version names the source (``folded_id``), and the change feed
+        reports the source deleted there. A source with the target's very content is not
+        folded: no version would be written to carry that news.
         """
         who = actor or self.actor
 
@@ -1318,7 +1324,8 @@ class MemoryService:
                 "SELECT COUNT(*) FROM memory_versions WHERE memory_id = :id AND actor != :actor",
                 {"id": source_id, "actor": who},
             )
-            if fold and not others:
+            folded = fold and not others and source.content != target.content
+            if folded:
                 tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
             else:
                 self._write_version(
@@ -1327,7 +1334,8 @@ class MemoryService:
                 )  # fmt: skip
             tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
             self._keep_directory(tx, store_id, source.path, now)
-            return self._apply_update(tx, store_id, target, target.path, source.content, actor)
+            return self._apply_update(tx, store_id, target, target.path, source.content, actor,
+                                      folded_id=source_id if folded else None)  # fmt: skip
 
         return self._write(run)
 
@@ -1455,11 +1463,19 @@ class MemoryService:
 
         def run(tx: Tx) -> list[Change]:
             rows = tx.all(
-                f"SELECT {_VERSION_COLS}, seq FROM memory_versions WHERE store_id = :store "
-                "AND seq > :after ORDER BY seq LIMIT :limit",
+                f"SELECT {_VERSION_COLS}, seq, folded_id FROM memory_versions "
+                "WHERE store_id = :store AND seq > :after ORDER BY seq LIMIT :limit",
                 {"store": store_id, "after": after_seq, "limit": limit},
             )
-            return [Change(int(r.seq), _version(r)) for r in rows]
+            out: list[Change] = []
+            for r in rows:
+                version = _version(r)
+                if r.folded_id is not None:  # the folded memory is gone (see rename_over)
+                    gone = replace(version, memory_id=MemoryId(r.folded_id), operation="deleted",
+                                   content_sha256=None, size_bytes=0)  # fmt: skip
+                    out.append(Change(int(r.seq), gone))
+                out.append(Change(int(r.seq), version))
+            return out
 
         return self._read(run)
 
