@@ -150,6 +150,24 @@ def differences(db: str, store: str, folder: Path) -> list[str]:
     return out
 
 
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` with its database name replaced by ``name``."""
+    head, _, tail = url.partition("://")
+    authority, _, rest = tail.partition("/")
+    query = rest.partition("?")[2]
+    return f"{head}://{authority}/{name}" + (f"?{query}" if query else "")
+
+
+def pg_admin_sql(url: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect("postgresql://" + url.partition("://")[2], autocommit=True) as conn:
+        conn.execute(statement)  # type: ignore[arg-type]
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -164,13 +182,14 @@ def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="mnemofs-soak."))
+    pg_admin = pg_name = ""
     if args.postgres:
-        db = os.environ["MNEMOFS_TEST_PG_URL"]
+        # A database of its own on the server, dropped at the end: never the suite's.
+        pg_admin = os.environ["MNEMOFS_TEST_PG_URL"]
+        pg_name = f"mnemofs_soak_{os.getpid()}"
+        pg_admin_sql(pg_admin, f"CREATE DATABASE {pg_name}")
+        db = with_database(pg_admin, pg_name)
         wal = ""
-        from sqlalchemy import create_engine, text
-
-        with create_engine(db).begin() as conn:  # a clean schema for this run
-            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
     else:
         db = str(work / "soak.db")
         wal = db + "-wal"
@@ -338,6 +357,8 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 daemon.kill()
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, check=False)
+        if pg_name:
+            pg_admin_sql(pg_admin, f"DROP DATABASE IF EXISTS {pg_name} WITH (FORCE)")
         if args.keep:
             print(f"kept {work}")
         else:

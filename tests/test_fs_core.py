@@ -209,3 +209,47 @@ def test_create_of_a_name_made_meanwhile_opens_it(fs: MemoryFs) -> None:
     assert stored(fs)["/a.md"] == "replaced"
     fs.mkdir(root.ino, "d")
     assert code(fs.create, root.ino, "d", exclusive=False) == errno.EISDIR
+
+
+def test_append_lands_at_the_end_whatever_offset_the_kernel_says(fs: MemoryFs) -> None:
+    """The kernel's O_APPEND offset is its own idea of the size: another descriptor's O_TRUNC
+    open can reach the daemon between that write's offset and the write itself."""
+    root = store_root(fs)
+    node = fs.lookup(root.ino, "a.md")
+    appender = fs.open(node.ino, write=True, truncate=False, append=True)
+    rewriter = fs.open(node.ino, write=True, truncate=True)  # the buffer is empty now
+    fs.write(appender, 5, b"line\n")  # the kernel still believed the file 5 bytes long
+    fs.write(rewriter, 0, b"rewritten\n")  # the rewriter's own offset is honoured
+    fs.flush(appender)
+    fs.release(appender)
+    fs.flush(rewriter)
+    fs.release(rewriter)
+    assert stored(fs)["/a.md"] == "rewritten\n"  # "line\n" first, overwritten from 0
+    plain = fs.open(node.ino, write=True, truncate=False)
+    fs.write(plain, 20, b"x")  # without O_APPEND, a write past the end still leaves a hole
+    assert bytes(node.file.data) == b"rewritten\n" + b"\0" * 10 + b"x"  # type: ignore[union-attr]
+    with pytest.raises(errors.InvalidContent):
+        fs.flush(plain)
+    fs.release(plain)
+
+
+def test_a_folded_temporary_file_vanishes_from_other_mounts(service: MemoryService) -> None:
+    """A fold drops the temporary memory's history; the change feed still says it is gone."""
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/a.md", "alpha\n", actor="cli")
+    one, two = (
+        service.create_session([{"memory_store_id": store}], mount_root=f"/m{i}") for i in (1, 2)
+    )
+    writer, watcher = MemoryFs(service, one, actor=one.id), MemoryFs(service, two, actor=two.id)
+    root = store_root(writer)
+    write_file(writer, root, "draft", b"new alpha\n")  # a name no temp pattern knows
+    watcher.refresh()
+    assert "draft" in store_root(watcher).children
+    writer.rename(root.ino, "draft", root.ino, "a.md")  # folded: "draft" leaves no history
+    assert [v.path for v in service.list_versions(store)].count("/draft") == 0
+    watcher.refresh()
+    assert sorted(store_root(watcher).children) == ["a.md"]
+    fh = watcher.open(watcher.lookup(store_root(watcher).ino, "a.md").ino, write=False,
+                      truncate=False)  # fmt: skip
+    assert watcher.read(fh, 0, 100) == b"new alpha\n"
+    watcher.release(fh)

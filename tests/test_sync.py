@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+from mnemofs.errors import Conflict, NotFound
+from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService
+from mnemofs.sync import SyncWorker
 
 from .mounted import run, wait_for
 
@@ -258,3 +264,119 @@ def test_a_watching_worker_looks_only_at_what_changed(
     assert env.stored(env.notes)["/sub/s.md"] == "edited again\n"
     service.close()
     env.service.close()
+
+
+class RacingService(MemoryService):
+    """The real service, with another writer deleting ``victim`` just before it is fetched."""
+
+    victim: str | None = None
+
+    def get_memory(self, store_id: str, memory_id: str, **kw: Any) -> Memory:
+        if memory_id == self.victim:
+            self.victim = None
+            self.delete_memory(store_id, memory_id, actor="cli")
+        return super().get_memory(store_id, memory_id, **kw)
+
+
+def test_a_memory_gone_mid_pass_affects_only_its_own_path(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    service = RacingService(engine, actor="api")
+    store = service.create_store("Notes").id
+    for name in ("a", "b", "c"):
+        service.create_memory(store, f"/{name}.md", f"{name}\n")
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(tmp_path))
+    worker = SyncWorker(service, session, tmp_path / "memory")
+    service.victim = service.find_memory(store, "/b.md").id  # listed, gone when fetched
+    report = worker.reconcile()
+    assert report.errors == []
+    folder = tmp_path / "memory" / "notes"
+    assert sorted(p.name for p in folder.iterdir()) == ["a.md", "c.md"]
+    service.create_memory(store, "/b.md", "b again\n")  # the path's next pass
+    report = worker.reconcile()
+    assert report.errors == []
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {
+        "a.md": "a\n", "b.md": "b again\n", "c.md": "c\n"
+    }  # fmt: skip
+    service.close()
+
+
+def test_folder_and_store_converge_after_concurrent_writers(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """Writers create, update, rename, fold temporaries over files and delete while a worker
+    syncs every second; once they stop, the final reconcile leaves folder and store equal."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Notes").id
+    root = tmp_path / "memory"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    writer_session = service.create_session([{"memory_store_id": store}], mount_root="/m")
+    argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "sync", "--session", session.id,
+            "--foreground", "--interval", "1"]  # fmt: skip
+    worker = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write(seed: int) -> None:
+        rng = random.Random(seed)
+        actor = writer_session.id
+        paths = [f"/d{i % 3}/f{i}.md" for i in range(24)]
+        drafts: list[tuple[float, str]] = []  # fresh files to fold once a pass may have seen them
+        n = 0
+        while not stop.is_set():
+            n += 1
+            path, other = rng.choice(paths), rng.choice(paths)
+            try:
+                found = service.list_memories(store)
+                by_path = {m.path: m.id for m in found}
+                roll = rng.random()
+                if path not in by_path:
+                    service.create_memory(store, path, f"{seed} {n}\n", actor=actor)
+                elif roll < 0.4:
+                    service.update_memory(store, by_path[path], content=f"{seed} {n}\n",
+                                          actor=actor)  # fmt: skip
+                elif roll < 0.55 and other not in by_path:
+                    service.update_memory(store, by_path[path], path=other, actor=actor)
+                elif roll < 0.75 and drafts and time.monotonic() - drafts[0][0] > 1.5:
+                    # a fresh file the worker has brought down, folded over another
+                    service.rename_over(store, drafts.pop(0)[1], by_path[path], actor=actor,
+                                        fold=True)  # fmt: skip
+                elif roll < 0.75:
+                    draft = service.create_memory(store, f"/draft{seed}-{n}", f"{seed} {n} t\n",
+                                                  actor=actor)  # fmt: skip
+                    drafts.append((time.monotonic(), draft.id))
+                else:
+                    service.delete_memory(store, by_path[path], actor=actor)
+            except (NotFound, Conflict):
+                continue  # the other writer got there first
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().startswith("mnemofs: synced")
+        writers = [threading.Thread(target=write, args=(seed,)) for seed in (1, 2)]
+        for t in writers:
+            t.start()
+        time.sleep(4.0)
+        stop.set()
+        for t in writers:
+            t.join()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    finally:
+        stop.set()
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert failures == []
+    folder = root / "notes"
+    local = {"/" + str(p.relative_to(folder)): p.read_text()
+             for p in folder.rglob("*") if p.is_file()}  # fmt: skip
+    stored = {
+        m.path: service.find_memory(store, m.path).content for m in service.list_memories(store)
+    }
+    assert len(stored) > 5
+    assert local == stored
+    service.close()

@@ -124,6 +124,9 @@ memory_versions = Table(
     Column("folded_id", Text),
     Index(None, "store_id", "seq"),
     Index(None, "memory_id", "seq"),
+    # SQLite: AUTOINCREMENT, so a seq is never handed out again after its row is deleted (a
+    # fold deletes the newest versions; a feed reader that saw them would skip the next ones).
+    sqlite_autoincrement=True,
 )
 
 directories = Table(
