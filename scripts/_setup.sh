@@ -100,3 +100,22 @@ ensure_base_image() {
   as_root rm -rf "$rootfs"
   export MNEMOFS_BASE_IMAGE
 }
+
+# Run scripts/<name>.py in the project's environment, set up as scripts/run does, from the
+# caller's directory (so relative paths in the arguments mean what the caller meant).
+run_python_script() {
+  local name=$1 top here
+  shift
+  here=$PWD
+  top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  cd "$top"
+  ensure_debian_packages
+  ensure_venv
+  cd "$here"
+  python "$top/scripts/$name.py" "$@"
+}
+
+asks_for_help() { [[ " $* " == *" -h "* || " $* " == *" --help "* ]]; }
+
+# The comment block at the top of a script (after the #! line), as its --help.
+print_usage() { sed -n '2,/^[^#]/{/^#/!q;s/^# \{0,1\}//;p}' "$1"; }

@@ -130,11 +130,18 @@ def mib(n: float) -> str:
 
 
 def differences(db: str, store: str, folder: Path) -> list[str]:
-    listing = json.loads(mnemofs(db, "--json", "memories", "list", store).stdout)["data"]
-    in_store: dict[str, str] = {}
-    for item in listing:
-        shown = json.loads(mnemofs(db, "--json", "memories", "show", store, item["id"]).stdout)
-        in_store[item["path"]] = shown["content"]
+    from mnemofs.models import Memory
+    from mnemofs.store import MemoryService, make_engine
+
+    service = MemoryService(make_engine(db), actor="api")
+    try:
+        in_store = {
+            m.path: service.get_memory(store, m.id, count_access=False).content or ""
+            for m in service.list_memories(store)
+            if isinstance(m, Memory)
+        }
+    finally:
+        service.close()
     on_disk: dict[str, str] = {}
     for path in folder.rglob("*"):
         if path.is_file():

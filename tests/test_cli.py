@@ -152,6 +152,8 @@ def test_errors_are_one_line_with_exit_codes(cli: Cli, tmp_path: Path) -> None:
     assert "usage" in cli.refused(2, "memories", "list", "S", "--depth", "two")
     assert "depth" in cli.refused(2, "memories", "list", "S", "--depth", "2")
     assert "not_found" in cli.refused(3, "memories", "list", "Nope")
+    for command in ("memories", "versions"):  # 0 is no "no limit": every bad limit is refused
+        assert "limit 0" in cli.refused(2, command, "list", "S", "--limit", "0")
     cli.ok("stores", "archive", "S")
     assert "store_archived" in cli.refused(6, "memories", "create", "S", "/b.md", "--content", "y")
     assert [m["path"] for m in cli.json("memories", "list", "S")["data"]] == ["/a.md"]
@@ -235,6 +237,26 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert missing.returncode == 3
     assert missing.stderr.count("\n") == 1
     assert (tmp_path / "db.sqlite").exists()
+
+
+def test_a_read_never_creates_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A typo in a path must not look like an empty workspace: reads name the missing file;
+    only ``stores create`` and ``db upgrade`` make a database where --db points."""
+    missing = tmp_path / "no" / "such" / "dir" / "x.db"
+    cli = Cli(f"sqlite:///{missing}", capsys, monkeypatch)
+    for command in (("stores", "list"), ("versions", "list", "S"), ("db", "check"),
+                    ("memories", "list", "S")):  # fmt: skip
+        result = cli(*command)
+        assert result.code == 1, command
+        assert str(missing) in result.err
+        assert result.err.count("\n") == 1
+    assert not (tmp_path / "no").exists()
+    cli.ok("stores", "create", "S")
+    assert missing.exists()
+    upgraded = tmp_path / "other" / "y.db"
+    Cli(str(upgraded), capsys, monkeypatch).ok("db", "upgrade")
+    assert upgraded.exists()
 
 
 def test_journal_commands(cli: Cli) -> None:

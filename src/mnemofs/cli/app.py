@@ -17,9 +17,15 @@ import click
 import yaml
 
 from mnemofs import errors
-from mnemofs.limits import DEFAULT_KEEP_VERSIONS, DEFAULT_MOUNT_ROOT, DEFAULT_RETENTION_DAYS
+from mnemofs.limits import (
+    DEFAULT_KEEP_VERSIONS,
+    DEFAULT_MOUNT_ROOT,
+    DEFAULT_RETENTION_DAYS,
+    MAX_PAGE_LIMIT,
+)
 from mnemofs.models import MEMORY_PREFIX, Memory, MemoryStore, MemoryVersion, Page, Session
 from mnemofs.store import MemoryService, decode_content, make_engine, prompt_note, upgrade
+from mnemofs.store.engine import is_default_location
 
 EXIT_CODES: dict[type[errors.MnemofsError], int] = {
     errors.InvalidRequest: 2,
@@ -39,12 +45,16 @@ class Context:
     def __init__(self, db: str | None, as_json: bool) -> None:
         self.db = db
         self.as_json = as_json
+        # A new database is made only where the user plainly asked for one: the default
+        # location, or a command that can succeed on an empty one (``stores create``).
+        self.may_create = is_default_location(db)
         self._service: MemoryService | None = None
 
     @property
     def service(self) -> MemoryService:
         if self._service is None:
-            self._service = MemoryService(make_engine(self.db), actor="cli")
+            engine = make_engine(self.db, create=self.may_create)
+            self._service = MemoryService(engine, actor="cli")
         return self._service
 
     def store(self, ref: str) -> str:
@@ -198,6 +208,7 @@ def stores_create(
     ctx: Context, name: str, description: str, kind: Any, owner: str, on_full: Any
 ) -> None:
     """Create a store named NAME."""
+    ctx.may_create = True
     store = ctx.service.create_store(name, description, kind=kind, owner=owner, on_full=on_full)
     show_store(ctx, store)
 
@@ -306,7 +317,11 @@ def memories_list(
     """List memories in path order, without content."""
     store_id = ctx.store(store)
     page = ctx.service.list_memories(
-        store_id, path_prefix=path_prefix, depth=depth, limit=limit or 1000, cursor=cursor
+        store_id,
+        path_prefix=path_prefix,
+        depth=depth,
+        limit=MAX_PAGE_LIMIT if limit is None else limit,
+        cursor=cursor,
     )
     emit_listing(ctx, page, one_page=limit is not None,
                  headers=["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"],
@@ -408,7 +423,10 @@ def versions_list(
     store_id = ctx.store(store)
     memory_id = ctx.memory(store_id, memory) if memory else None
     page = ctx.service.list_versions(
-        store_id, memory_id=memory_id, limit=limit or 1000, cursor=cursor
+        store_id,
+        memory_id=memory_id,
+        limit=MAX_PAGE_LIMIT if limit is None else limit,
+        cursor=cursor,
     )
     emit_listing(ctx, page, one_page=limit is not None,
                  headers=["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"],

@@ -155,14 +155,29 @@ def _sqlite_connection(path: str) -> sqlite3.Connection:
     return conn
 
 
-def make_engine(url: str | None = None, *, check_schema: bool = True) -> Engine:
-    """The database at ``url`` (see ``resolve_url``), with a new database's schema created."""
+def is_default_location(url: str | None) -> bool:
+    """Does ``url`` (an argument, maybe None) leave the database at the default location?"""
+    return not url and not os.environ.get(ENV_DB)
+
+
+def make_engine(
+    url: str | None = None, *, check_schema: bool = True, create: bool = True
+) -> Engine:
+    """The database at ``url`` (see ``resolve_url``), with a new database's schema created.
+
+    ``create=False``: a SQLite file that does not exist is an error naming its path, and
+    nothing is made (a typo in a path must not look like an empty workspace)."""
     resolved = resolve_url(url)
     scheme = resolved.split("://", 1)[0]
     if scheme == "sqlite":
         path = resolved[len("sqlite:///") :]
         if not path or not resolved.startswith("sqlite:///"):
             raise InvalidRequest(f"a SQLite URL needs a file path, got {resolved!r}")
+        if not create and not Path(path).exists():
+            raise Unavailable(
+                f"no database at {path}: check --db or ${ENV_DB} (a new one is made only by "
+                "'mnemofs stores create' or 'mnemofs db upgrade', or at the default location)"
+            )
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = Engine(resolved, "sqlite", sqlite3)
     elif scheme in ("postgresql", "postgresql+psycopg"):

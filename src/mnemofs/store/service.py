@@ -1501,8 +1501,9 @@ class MemoryService:
         calls ``checkpoint`` from a background thread."""
         self.db.defer_checkpoints()
 
-    def checkpoint(self) -> None:
-        self.db.checkpoint()
+    def checkpoint(self, *, force: bool = False) -> None:
+        """Keep the SQLite WAL small (see ``Database.checkpoint``); a no-op on PostgreSQL."""
+        self.db.checkpoint(force=force)
 
     def data_version(self) -> int | None:
         """A number that changes when another connection commits (SQLite); None elsewhere."""
