@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemofs.errors import Conflict, NotFound
+from mnemofs.folder import Folder
 from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService
 from mnemofs.sync import SyncWorker
@@ -236,9 +237,9 @@ def test_a_watching_worker_looks_only_at_what_changed(
     looked: list[set[str]] = []
     real_stat = SyncWorker._stat
 
-    def spy(folder: Path, paths: set[str]) -> dict[str, os.stat_result]:
+    def spy(folder: Folder, paths: set[str], links: set[str]) -> dict[str, os.stat_result]:
         looked.append(set(paths))
-        return real_stat(folder, paths)
+        return real_stat(folder, paths, links)
 
     worker._stat = spy  # type: ignore[method-assign]
     (notes / "a.md").write_text("edited\n")

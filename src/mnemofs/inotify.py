@@ -29,6 +29,8 @@ IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000
 IN_ISDIR = 0x40000000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
@@ -87,6 +89,8 @@ class TreeWatch:
 
     MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
             | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)  # fmt: skip
+    # A directory swapped for a link between the scan and the watch is never followed.
+    ADD = MASK | IN_ONLYDIR | IN_DONT_FOLLOW
 
     def __init__(self, folder: str) -> None:
         self._libc = ctypes.CDLL(None, use_errno=True)
@@ -98,7 +102,7 @@ class TreeWatch:
         self._add_tree(folder, "")
 
     def _add_tree(self, directory: str, prefix: str) -> None:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(directory), self.MASK)
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(directory), self.ADD)
         if wd < 0:
             raise OSError(ctypes.get_errno(), f"cannot watch {directory}")
         self.dirs[wd] = prefix

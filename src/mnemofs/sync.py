@@ -14,7 +14,14 @@ read only when the stat moved). Then, per path:
   that lost every file at once is never taken for "delete everything" (refused, reported);
 - a read_only store: local changes are undone from the store, and what was discarded is logged;
 - a file the store refuses (size, UTF-8, name, count): stays local, reported once per change in
-  the log and in ``<root>/.mnemofs-sync-errors``.
+  the log and in ``<root>/.mnemofs-sync-errors``;
+- a symbolic link (or a FIFO, a device) in the folder is never followed, read or replaced: it is
+  reported like a refused file and left alone, and a memory whose path would go through one is
+  not written (reported, tried again each pass). Every file access goes through ``Folder``
+  (directory descriptors, ``O_NOFOLLOW``), so a link swapped in mid-pass changes nothing either.
+
+Everything the worker writes is owner-only: files 0600 (0400 for a read_only store), folders
+0700, the state and errors files 0600.
 """
 
 from __future__ import annotations
@@ -24,13 +31,13 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.folder import FILE_MODE, Folder, LinkInPath, write_beside
 from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME
@@ -39,6 +46,7 @@ from mnemofs.store import MemoryService, decode_content
 log = logging.getLogger("mnemofs.sync")
 
 ERRORS_FILE = ".mnemofs-sync-errors"
+READ_ONLY_MODE = 0o400
 STATE_FORMAT = 2
 
 
@@ -58,7 +66,9 @@ class StoreState:
     last_seq: int = 0
     files: dict[str, Entry] = field(default_factory=dict)  # store path -> entry
     missing_since: dict[str, float] = field(default_factory=dict)  # local deletes on hold
-    retry: set[str] = field(default_factory=set)  # paths a pass could not finish: look again
+    # Paths a pass could not finish (changed or gone mid-pass, or a link in the way): the next
+    # pass looks at each again, locally and at the store, whatever the feed and inotify say.
+    retry: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -135,17 +145,15 @@ class SyncWorker:
                 for sid, st in self.states.items()
             },
         }  # fmt: skip
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.state_file)
+        write_beside(self.state_file, json.dumps(data).encode())
 
     # -- one reconcile --------------------------------------------------------------------------
 
     def reconcile(self) -> Report:
         report = Report()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         for attachment in self.session.resources:
-            folder = self.root / attachment.mount_path.rsplit("/", 1)[1]
+            folder = Folder(str(self.root), attachment.mount_path.rsplit("/", 1)[1])
             state = self.states.setdefault(attachment.memory_store_id, StoreState())
             try:
                 self._reconcile_store(attachment, folder, state, report)
@@ -159,49 +167,57 @@ class SyncWorker:
         return report
 
     def _reconcile_store(
-        self, attachment: Attachment, folder: Path, state: StoreState, report: Report
+        self, attachment: Attachment, folder: Folder, state: StoreState, report: Report
     ) -> None:
         store_id = attachment.memory_store_id
         writable = attachment.access == "read_write"
         remote, last_seq = self._remote_changes(store_id, state)
+        for path in state.retry - set(remote):  # what the store has there now
+            remote[path] = self._memory_at(store_id, path)
         known = set(state.files)
         hinted = self._local_hints(store_id)
+        links: set[str] = set()
         if hinted is None:  # look at every file
-            local = self._scan(folder)
-            paths = set(local) | set(remote) | known
+            local, refused = folder.scan()
+            links.update(refused)
+            paths = set(local) | set(remote) | known | links
             lost = bool(known) and folder_lost(folder, local, known)
         else:  # only what inotify saw change, what changed remotely, deletes on hold
             paths = hinted | set(remote) | set(state.missing_since)
-            local = self._stat(folder, paths)
-            lost = not folder.is_dir() or (len(known) > 1 and known <= hinted
+            local = self._stat(folder, paths, links)
+            lost = not folder.exists() or (len(known) > 1 and known <= hinted
                                            and not (set(local) & known))  # fmt: skip
+        paths |= state.retry
+        local.update(self._stat(folder, state.retry - set(local) - links, links))
         if lost:
-            message = (f"{folder} lost every one of its {len(known)} files at once; not "
+            message = (f"{folder.path} lost every one of its {len(known)} files at once; not "
                        "deleting them from the store (restore the folder, or remove it and "
                        f"{self.state_file.name} to start over)")  # fmt: skip
             report.errors.append(message)
             log.error("%s", message)
             return
-        if state.retry:
-            paths |= state.retry
-            local.update(self._stat(folder, state.retry - set(local)))
         state.retry = set()
         now = time.time()
         for path in sorted(paths):
             try:
+                if path in links or any(path.startswith(link + "/") for link in links):
+                    raise LinkInPath(path)
                 self._reconcile_path(store_id, folder, state, path, local.get(path),
                                      remote.get(path, _UNCHANGED), writable, now,
                                      report)  # fmt: skip
+            except LinkInPath as exc:
+                state.retry.add(path)
+                self._report(f"{store_id}:{path}", "link", f"{path}: not synced: {exc.what} "
+                             "on the way (never followed)", report)  # fmt: skip
             except (NotFound, OSError) as exc:
-                # Changed or gone on either side while we looked: only this path waits, and the
-                # store's changes since the last pass are read again next time.
+                # Changed or gone on either side while we looked: only this path waits.
                 state.retry.add(path)
                 log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
-        if not state.retry and state.last_seq != last_seq:
+        if state.last_seq != last_seq:
             state.last_seq = last_seq
             self.dirty = True
         if self.watching and store_id not in self.watches:
-            self._watch(store_id, folder)
+            self._watch(store_id, folder.path)
 
     # -- inotify: a long-running worker looks only at what changed locally ----------------------
 
@@ -211,12 +227,12 @@ class SyncWorker:
         overflow). For a long-running worker; ``--once`` always looks at every file."""
         self.watching = True
 
-    def _watch(self, store_id: str, folder: Path) -> None:
+    def _watch(self, store_id: str, folder: str) -> None:
         old = self.watches.pop(store_id, None)
         if old is not None:
             old.close()
         try:
-            self.watches[store_id] = TreeWatch(str(folder))
+            self.watches[store_id] = TreeWatch(folder)
         except OSError as exc:
             log.info("not watching %s (%s): every reconcile looks at every file", folder, exc)
             return
@@ -238,18 +254,28 @@ class SyncWorker:
         return {p for p in changed if not _skipped(p.rsplit("/", 1)[1])}
 
     @staticmethod
-    def _stat(folder: Path, paths: set[str]) -> dict[str, os.stat_result]:
+    def _stat(folder: Folder, paths: set[str], links: set[str]) -> dict[str, os.stat_result]:
+        """The regular files among ``paths``; links met on the way are added to ``links``."""
         found: dict[str, os.stat_result] = {}
         for path in paths:
             if _skipped(path.rsplit("/", 1)[1]):
                 continue
             try:
-                st = os.stat(os.path.join(folder, path.lstrip("/")), follow_symlinks=False)
+                st = folder.stat(path)
+            except LinkInPath:
+                links.add(path)
+                continue
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if st is not None:
                 found[path] = st
         return found
+
+    def _memory_at(self, store_id: str, path: str) -> Memory | None:
+        try:
+            return self.service.find_memory(store_id, path, count_access=False)
+        except (NotFound, MnemofsError):
+            return None
 
     def _remote_changes(self, store_id: str, state: StoreState) -> tuple[dict[str, Any], int]:
         """Path -> the memory now there (or None: gone), for what changed since last time."""
@@ -286,35 +312,12 @@ class SyncWorker:
                 out[memory.path] = memory
         return out, last
 
-    @staticmethod
-    def _scan(folder: Path) -> dict[str, os.stat_result]:
-        """Store path -> stat of every local file (one stat each; content is read later, only
-        for files whose stat moved)."""
-        found: dict[str, os.stat_result] = {}
-        pending = [(str(folder), "")]
-        while pending:
-            directory, prefix = pending.pop()
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
-                continue
-            for entry in entries:
-                name = entry.name
-                if name.startswith(".mnemofs"):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, f"{prefix}/{name}"))
-                elif not _skipped(name):
-                    with contextlib.suppress(OSError):
-                        found[f"{prefix}/{name}"] = entry.stat(follow_symlinks=False)
-        return found
-
     # -- one path -------------------------------------------------------------------------------
 
     def _reconcile_path(
         self,
         store_id: str,
-        folder: Path,
+        folder: Folder,
         state: StoreState,
         path: str,
         st: os.stat_result | None,
@@ -333,7 +336,6 @@ class SyncWorker:
         ):
             return  # the common case, kept cheap: nothing moved on either side
         self.dirty = True
-        target = folder / path.lstrip("/")
         # What the local side did since the baseline.
         data: bytes | None = None
         if st is None:
@@ -341,7 +343,7 @@ class SyncWorker:
         elif base and (st.st_mtime_ns, st.st_size) == (base.mtime_ns, base.size):
             local = "same"
         else:
-            data = _read(target)
+            data = folder.read(path)
             if data is None:
                 return  # vanished while we looked: next time
             sha = hashlib.sha256(data).hexdigest()
@@ -366,9 +368,7 @@ class SyncWorker:
                 state.files.pop(path, None)
                 state.missing_since.pop(path, None)
                 if local == "same":
-                    with contextlib.suppress(OSError):
-                        _make_writable(target)
-                        target.unlink()
+                    folder.remove(path)
                     report.deleted_local.append(path)
                 return
             assert data is not None
@@ -381,13 +381,13 @@ class SyncWorker:
             return self._download(store_id, folder, state, memory, report)
         assert data is not None
         if hashlib.sha256(data).hexdigest() == memory.content_sha256:
-            return self._remember(folder, state, memory)  # both sides agree already
+            assert st is not None
+            return self._remember(state, memory, st)  # both sides agree already
         if not writable:
             return self._download(store_id, folder, state, memory, report)
         # Both sides changed: the store's head stays; the local content goes beside it.
         side = conflict_name(path, memory.version_id)
-        (folder / side.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (folder / side.lstrip("/")).write_bytes(data)
+        folder.write(side, data)
         report.conflicts.append(path)
         log.warning("%s changed on both sides: local copy kept as %s", path, side)
         self._upload(store_id, folder, state, side, None, data, report)
@@ -395,47 +395,42 @@ class SyncWorker:
 
     # -- the actions ----------------------------------------------------------------------------
 
-    def _upload(self, store_id: str, folder: Path, state: StoreState, path: str,
+    def _upload(self, store_id: str, folder: Folder, state: StoreState, path: str,
                 base: Entry | None, data: bytes, report: Report) -> None:  # fmt: skip
         try:
             known = base.memory_id if base else None
             text = decode_content(data)
             memory, _ = self.service.save_file(store_id, path, text, memory_id=known)
         except MnemofsError as exc:
-            self._report(f"{store_id}:{path}", path, hashlib.sha256(data).hexdigest(),
-                         exc.message, report)  # fmt: skip
+            self._report(f"{store_id}:{path}", hashlib.sha256(data).hexdigest(),
+                         f"{path}: not uploaded: {exc.message}", report)  # fmt: skip
             return
         self.reported.pop(f"{store_id}:{path}", None)
         report.uploaded.append(path)
-        self._remember(folder, state, memory)
+        st = folder.stat(path)
+        if st is None:
+            raise FileNotFoundError(path)  # gone since it was read: the next pass sees to it
+        self._remember(state, memory, st)
 
-    def _download(self, store_id: str, folder: Path, state: StoreState, memory: Memory,
+    def _download(self, store_id: str, folder: Folder, state: StoreState, memory: Memory,
                   report: Report) -> None:  # fmt: skip
         if memory.content is None:
             memory = self.service.get_memory(store_id, memory.id, count_access=False)
-        target = folder / memory.path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".mnemofs-{target.name}.tmp")
-        tmp.write_bytes((memory.content or "").encode())
-        if target.exists():
-            _make_writable(target)
-        os.replace(tmp, target)
-        report.downloaded.append(memory.path)
-        self._remember(folder, state, memory)
-
-    def _remember(self, folder: Path, state: StoreState, memory: Memory) -> None:
-        target = folder / memory.path.lstrip("/")
-        writable = any(a.memory_store_id == memory.memory_store_id and a.access == "read_write"
+        writable = any(a.memory_store_id == store_id and a.access == "read_write"
                        for a in self.session.resources)  # fmt: skip
-        if not writable:
-            with contextlib.suppress(OSError):
-                target.chmod(0o444)
-        st = target.stat()
+        st = folder.write(memory.path, (memory.content or "").encode(),
+                          mode=FILE_MODE if writable else READ_ONLY_MODE)  # fmt: skip
+        report.downloaded.append(memory.path)
+        self.reported.pop(f"{store_id}:{memory.path}", None)
+        self._remember(state, memory, st)
+
+    @staticmethod
+    def _remember(state: StoreState, memory: Memory, st: os.stat_result) -> None:
         state.files[memory.path] = Entry(memory.id, memory.version_id, memory.content_sha256,
                                          st.st_mtime_ns, st.st_size)  # fmt: skip
         state.missing_since.pop(memory.path, None)
 
-    def _local_delete(self, store_id: str, folder: Path, state: StoreState, path: str,
+    def _local_delete(self, store_id: str, folder: Folder, state: StoreState, path: str,
                       base: Entry | None, writable: bool, now: float,
                       report: Report) -> None:  # fmt: skip
         assert base is not None
@@ -453,21 +448,19 @@ class SyncWorker:
         state.missing_since.pop(path, None)
         report.deleted_remote.append(path)
 
-    def _discard(self, store_id: str, folder: Path, state: StoreState, path: str,
+    def _discard(self, store_id: str, folder: Folder, state: StoreState, path: str,
                  base: Entry | None, report: Report) -> None:  # fmt: skip
-        target = folder / path.lstrip("/")
         report.discarded.append(path)
         if base is None:
             log.warning("discarded %s: the store is read_only", path)
-            with contextlib.suppress(OSError):
-                target.unlink()
+            folder.remove(path)
             return
         log.warning("restored %s: the store is read_only (local change discarded)", path)
         memory = self.service.get_memory(store_id, base.memory_id, count_access=False)
         self._download(store_id, folder, state, memory, report)
 
-    def _report(self, key: str, path: str, sha: str, message: str, report: Report) -> None:
-        line = f"{path}: not uploaded: {message}"
+    def _report(self, key: str, sha: str, line: str, report: Report) -> None:
+        """A file that cannot be synced: in this pass's errors, and in the log once per change."""
         report.errors.append(line)
         if self.reported.get(key) != sha:  # once per change of the file
             self.reported[key] = sha
@@ -476,10 +469,10 @@ class SyncWorker:
     def _write_errors(self, report: Report) -> None:
         target = self.root / ERRORS_FILE
         if report.errors:
-            target.write_text("".join(line + "\n" for line in report.errors))
+            write_beside(target, "".join(line + "\n" for line in report.errors).encode())
         else:
             with contextlib.suppress(FileNotFoundError):
-                target.unlink()
+                target.unlink()  # unlink never follows a link at the name itself
 
 
 class _Unchanged:
@@ -490,24 +483,11 @@ class _Unchanged:
 _UNCHANGED: Any = _Unchanged()
 
 
-def folder_lost(folder: Path, local: dict[str, os.stat_result], known: set[str]) -> bool:
+def folder_lost(folder: Folder, local: dict[str, os.stat_result], known: set[str]) -> bool:
     """Did the folder lose every file the baseline knows, all at once?"""
-    return not folder.is_dir() or (len(known) > 1 and not (set(local) & known))
+    return not folder.exists() or (len(known) > 1 and not (set(local) & known))
 
 
 def _skipped(name: str) -> bool:
     """Temporary files of editors and tools, and the worker's own files, are never synced."""
     return name.startswith(".mnemofs") or bool(TEMP_NAME.match(name))
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
-def _make_writable(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        mode = path.stat().st_mode
-        path.chmod(stat.S_IMODE(mode) | stat.S_IWUSR)

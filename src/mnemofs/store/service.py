@@ -867,8 +867,9 @@ class MemoryService:
             self.note_access(store_id, memory.id)
         return memory
 
-    def find_memory(self, store_id: str, path: str) -> Memory:
-        """The memory at ``path``, with its content (a read: counts as an access)."""
+    def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory:
+        """The memory at ``path``, with its content (a read: counts as an access, unless
+        ``count_access`` is False)."""
         path = validate_path(path)
 
         def run(tx: Tx) -> Memory:
@@ -883,7 +884,8 @@ class MemoryService:
             return _memory(row, row.content)
 
         memory = self._read(run)
-        self.note_access(store_id, memory.id)
+        if count_access:
+            self.note_access(store_id, memory.id)
         return memory
 
     def update_memory(
