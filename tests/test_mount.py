@@ -79,11 +79,11 @@ def test_layout_and_modes(env: Env) -> None:
     assert sorted(os.listdir(env.root)) == ["agent-notes", "reference"]
     assert (env.rw / "notes" / "todo.md").read_text() == "- buy milk\n"
     assert (env.ro / "standards.md").read_text() == "Use ISO dates.\n"
-    assert oct(env.root.stat().st_mode & 0o777) == "0o555"
-    assert oct(env.rw.stat().st_mode & 0o777) == "0o755"
-    assert oct((env.rw / "notes" / "todo.md").stat().st_mode & 0o777) == "0o644"
-    assert oct(env.ro.stat().st_mode & 0o777) == "0o555"
-    assert oct((env.ro / "standards.md").stat().st_mode & 0o777) == "0o444"
+    assert oct(env.root.stat().st_mode & 0o777) == "0o500"  # owner-only: memory is private
+    assert oct(env.rw.stat().st_mode & 0o777) == "0o700"
+    assert oct((env.rw / "notes" / "todo.md").stat().st_mode & 0o777) == "0o600"
+    assert oct(env.ro.stat().st_mode & 0o777) == "0o500"
+    assert oct((env.ro / "standards.md").stat().st_mode & 0o777) == "0o400"
     out = run("ls", "-la", str(env.rw / "notes")).stdout
     assert "todo.md" in out
     assert run("stat", "-c", "%s", str(env.rw / "notes" / "todo.md")).stdout.strip() == "11"
@@ -423,6 +423,53 @@ def test_other_user_through_allow_other(tmp_path: Path) -> None:
     service.close()
     engine.dispose()
     shutil.rmtree(root.parent)  # the mount point and the daemon's log
+
+
+def as_ids(uid: int, gid: int, *argv: str, groups: str = "") -> subprocess.CompletedProcess[str]:
+    ids = ["--groups", groups] if groups else ["--clear-groups"]
+    return run("setpriv", f"--reuid={uid}", f"--regid={gid}", *ids, *argv, check=False)
+
+
+def test_other_users_are_refused_reads_unless_the_group_is_let_in(tmp_path: Path) -> None:
+    """Owner-only by default: another local user can neither list nor read a memory (EACCES,
+    checked by the daemon itself); with --group-access, members of --gid can, others still not."""
+    db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    service = MemoryService(make_engine(db_url))
+    rw = service.create_store("Private").id
+    service.create_memory(rw, "/secret.md", "only mine\n")
+    root = Path(tempfile.mkdtemp(prefix="mnemofs-private-", dir="/tmp")) / "mnt"
+    os.chmod(root.parent, 0o755)  # others reach the mount point; the mount itself says no
+    session = service.create_session([{"memory_store_id": rw}], mount_root=str(root))
+    owner, group, stranger, member = 4100, 4200, 4300, 4400
+    note = str(root / "private" / "secret.md")
+    try:
+        with mounted(db_url, session.id, root, "--allow-other", "--uid", str(owner), "--gid",
+                     str(group)):  # fmt: skip
+            # Before the owner looks: what the kernel caches for a second after a lookup
+            # (names, sizes) is the one thing it can show without asking the daemon.
+            for argv in (("stat", note), ("cat", note), ("ls", str(root / "private")),
+                         ("sh", "-c", f"echo x >> {note}")):  # fmt: skip
+                refused = as_ids(stranger, stranger, *argv)
+                assert refused.returncode != 0, argv
+                assert "Permission denied" in refused.stderr, (argv, refused.stderr)
+            assert as_ids(member, member, "cat", note, groups=str(group)).returncode != 0
+            assert as_ids(owner, owner, "cat", note).stdout == "only mine\n"
+            # Content and listings are asked for at every open: refused even now.
+            assert "Permission denied" in as_ids(stranger, stranger, "cat", note).stderr
+            assert (
+                "Permission denied"
+                in as_ids(stranger, stranger, "ls", str(root / "private")).stderr
+            )
+        with mounted(db_url, session.id, root, "--allow-other", "--uid", str(owner), "--gid",
+                     str(group), "--group-access"):  # fmt: skip
+            assert oct(os.stat(note).st_mode & 0o777) == "0o660"
+            assert as_ids(member, member, "cat", note, groups=str(group)).stdout == "only mine\n"
+            assert as_ids(member, group, "sh", "-c", f"echo more >> {note}").returncode == 0
+            assert as_ids(stranger, stranger, "cat", note).returncode != 0
+    finally:
+        service.close()
+        shutil.rmtree(root.parent)
+    assert service.find_memory(rw, "/secret.md").content == "only mine\nmore\n"
 
 
 def test_full_store_says_enospc_but_temporary_files_still_work(env: Env) -> None:

@@ -21,10 +21,10 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from mnemofs.private import DIR_MODE, FILE_MODE
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-FILE_MODE = 0o600
-DIR_MODE = 0o700
 
 
 class LinkInPath(Exception):
@@ -243,26 +243,3 @@ class Folder:
             return st
         finally:
             os.close(fd)
-
-
-def write_beside(target: os.PathLike[str] | str, data: bytes) -> None:
-    """Replace ``target`` (in a directory the caller trusts) atomically with an owner-only file;
-    a link at ``target`` is replaced, never followed."""
-    directory, name = os.path.split(os.fspath(target))
-    dfd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        tmp = f"{name}.{os.getpid()}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dfd)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     FILE_MODE, dir_fd=dfd)  # fmt: skip
-        try:
-            os.fchmod(fd, FILE_MODE)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    finally:
-        os.close(dfd)

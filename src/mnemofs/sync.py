@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from mnemofs.errors import MnemofsError, NotFound
-from mnemofs.folder import FILE_MODE, Folder, LinkInPath, write_beside
+from mnemofs.folder import Folder, LinkInPath
 from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME
+from mnemofs.private import FILE_MODE, private_dir, write_private
 from mnemofs.store import MemoryService, decode_content
 
 log = logging.getLogger("mnemofs.sync")
@@ -145,13 +146,13 @@ class SyncWorker:
                 for sid, st in self.states.items()
             },
         }  # fmt: skip
-        write_beside(self.state_file, json.dumps(data).encode())
+        write_private(self.state_file, json.dumps(data).encode())
 
     # -- one reconcile --------------------------------------------------------------------------
 
     def reconcile(self) -> Report:
         report = Report()
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(self.root, tighten=False)  # the caller's folder: made 0700, never changed
         for attachment in self.session.resources:
             folder = Folder(str(self.root), attachment.mount_path.rsplit("/", 1)[1])
             state = self.states.setdefault(attachment.memory_store_id, StoreState())
@@ -469,7 +470,7 @@ class SyncWorker:
     def _write_errors(self, report: Report) -> None:
         target = self.root / ERRORS_FILE
         if report.errors:
-            write_beside(target, "".join(line + "\n" for line in report.errors).encode())
+            write_private(target, "".join(line + "\n" for line in report.errors).encode())
         else:
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()  # unlink never follows a link at the name itself

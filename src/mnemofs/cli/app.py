@@ -572,6 +572,9 @@ def sessions_end(ctx: Context, session: str) -> None:
 @click.option("--allow-other", is_flag=True, help="Let other users (a sandbox's) use the mount.")
 @click.option("--uid", type=int, help="Owner shown for every file (default: this user).")
 @click.option("--gid", type=int, help="Group shown for every file (default: this group).")
+@click.option("--group-access", is_flag=True,
+              help="Members of --gid may read and write too (modes 0660/0770); without it the "
+                   "mount is owner-only (0600/0700) and others get EACCES.")  # fmt: skip
 @click.option("--debug", is_flag=True, help="Log every FUSE request.")
 @click.option("--ready-fd", type=int, hidden=True)
 @pass_ctx
@@ -584,6 +587,7 @@ def mount(
     allow_other: bool,
     uid: int | None,
     gid: int | None,
+    group_access: bool,
     debug: bool,
     ready_fd: int | None,
 ) -> None:
@@ -605,7 +609,7 @@ def mount(
         )
         click.echo(session.id)
     root = os.path.abspath(root)
-    options = daemon.MountOptions(root, allow_other, uid, gid, debug)
+    options = daemon.MountOptions(root, allow_other, uid, gid, debug, group_access)
     if foreground:
         daemon.serve_foreground(ctx.service, session, options, ready_fd=ready_fd)
     else:

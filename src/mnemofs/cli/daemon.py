@@ -19,6 +19,7 @@ import click
 from mnemofs.errors import NotFound
 from mnemofs.fs import mount
 from mnemofs.fs.mount import MountOptions
+from mnemofs.private import open_private_log
 
 __all__ = ["MountOptions", "serve_foreground", "start_background", "stop"]
 from mnemofs.models import Session
@@ -51,21 +52,21 @@ def serve_foreground(
 
 def start_background(db: str | None, session: Session, options: MountOptions) -> None:
     log_path = mount.state_dir() / (mount.record_path(options.root).stem + ".log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", "mnemofs"]
     if db:
         argv += ["--db", db]
     argv += ["mount", "--session", session.id, "--root", options.root, "--foreground",
              "--ready-fd", str(write_fd)]  # fmt: skip
-    for flag, on in (("--allow-other", options.allow_other), ("--debug", options.debug)):
+    for flag, on in (("--allow-other", options.allow_other), ("--debug", options.debug),
+                     ("--group-access", options.group_access)):  # fmt: skip
         if on:
             argv.append(flag)
     if options.uid is not None:
         argv += ["--uid", str(options.uid)]
     if options.gid is not None:
         argv += ["--gid", str(options.gid)]
-    with open(log_path, "ab") as log:
+    with open_private_log(log_path) as log:
         child = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
             start_new_session=True,

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from mnemofs.models import Session
+from mnemofs.private import open_private_log
 from mnemofs.store import MemoryService, make_engine
 from mnemofs.sync import Report, SyncWorker
 
@@ -60,11 +61,10 @@ def _log(report: Report) -> None:
 def _start_background(db: str | None, session: Session, root: str, interval: float) -> None:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     logfile = state / "mnemofs" / "sync" / f"{session.id}.log"
-    logfile.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "mnemofs", *(["--db", db] if db else []), "sync",
             "--session", session.id, "--root", root, "--interval", str(interval),
             "--foreground"]  # fmt: skip
-    with open(logfile, "a") as out:
+    with open_private_log(logfile) as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True)  # fmt: skip
     click.echo(f"syncing {root} in the background (pid {proc.pid}, log {logfile}); "

@@ -16,7 +16,8 @@ from typing import Any
 import pyfuse3
 
 from mnemofs import errors
-from mnemofs.fs.core import FsError, MemoryFs, Node
+from mnemofs.fs.access import Owner
+from mnemofs.fs.core import ROOT_INO, FsError, MemoryFs, Node
 
 log = logging.getLogger("mnemofs.fs")
 
@@ -71,14 +72,19 @@ class Adapter(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, fs: MemoryFs, *, uid: int, gid: int) -> None:
+    def __init__(self, fs: MemoryFs, owner: Owner) -> None:
         super().__init__()
         self.fs = fs
-        self.uid = uid
-        self.gid = gid
+        self.owner = owner
+        self.uid = owner.uid
+        self.gid = owner.gid
 
     def _may_write(self, ctx: Any, ino: int, what: str) -> None:
-        self.fs.check_write(ino, ctx.uid, self.uid, what)
+        self.fs.check_write(ino, what, allowed=self.owner.allows(ctx.uid, ctx.gid, ctx.pid))
+
+    def _may_read(self, ctx: Any) -> None:
+        if not self.owner.allows(ctx.uid, ctx.gid, ctx.pid):
+            raise pyfuse3.FUSEError(errno.EACCES)
 
     # -- attributes -----------------------------------------------------------------------------
 
@@ -86,11 +92,11 @@ class Adapter(pyfuse3.Operations):
         entry = pyfuse3.EntryAttributes()
         writable = node.mount is not None and node.mount.writable
         if node.is_dir:
-            entry.st_mode = stat.S_IFDIR | (0o755 if writable else 0o555)
+            entry.st_mode = stat.S_IFDIR | self.owner.dir_mode(writable)
             entry.st_nlink = 2
             entry.st_size = 4096
         else:
-            entry.st_mode = stat.S_IFREG | (0o644 if writable else 0o444)
+            entry.st_mode = stat.S_IFREG | self.owner.file_mode(writable)
             entry.st_nlink = 1
             entry.st_size = node.current_size
         entry.st_ino = node.ino
@@ -109,6 +115,8 @@ class Adapter(pyfuse3.Operations):
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> Any:
         try:
+            if ctx is not None:
+                self._may_read(ctx)
             return self.attrs(self.fs.lookup(parent_inode, _name(name)))
         except Exception as exc:
             raise fuse_error(exc, "lookup") from None
@@ -119,6 +127,8 @@ class Adapter(pyfuse3.Operations):
 
     async def getattr(self, inode: int, ctx: Any = None) -> Any:
         try:
+            if ctx is not None and inode != ROOT_INO:  # the mount point: stat'able, 0500
+                self._may_read(ctx)
             return self.attrs(self.fs.node(inode))
         except Exception as exc:
             raise fuse_error(exc, "getattr") from None
@@ -144,6 +154,7 @@ class Adapter(pyfuse3.Operations):
     async def access(self, inode: int, mode: int, ctx: Any) -> bool:
         try:
             node = self.fs.node(inode)
+            self._may_read(ctx)
             if mode & os.W_OK:
                 self._may_write(ctx, inode, "access")
             return not (mode & os.X_OK and not node.is_dir)
@@ -154,6 +165,7 @@ class Adapter(pyfuse3.Operations):
 
     async def opendir(self, inode: int, ctx: Any) -> int:
         try:
+            self._may_read(ctx)
             node = self.fs.node(inode)
             if not node.is_dir:
                 raise FsError(errno.ENOTDIR, "not a directory")
@@ -227,6 +239,8 @@ class Adapter(pyfuse3.Operations):
             write = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
             if write or flags & os.O_TRUNC:
                 self._may_write(ctx, inode, "open for writing")
+            else:
+                self._may_read(ctx)
             fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC),
                               append=bool(flags & os.O_APPEND))  # fmt: skip
             # The page cache survives across opens: every change that bypasses the kernel is
@@ -296,6 +310,7 @@ class Adapter(pyfuse3.Operations):
 
     async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
         try:
+            self._may_read(ctx)
             node = self.fs.node(inode)
             value = {
                 XATTRS[0]: node.memory_id,
@@ -310,6 +325,7 @@ class Adapter(pyfuse3.Operations):
 
     async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
         try:
+            self._may_read(ctx)
             node = self.fs.node(inode)
             return list(XATTRS) if node.memory_id else []
         except Exception as exc:

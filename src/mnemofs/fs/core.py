@@ -293,13 +293,13 @@ class MemoryFs:
 
     # -- permissions ----------------------------------------------------------------------------
 
-    def check_write(self, ino: int, uid: int, owner: int, what: str) -> None:
-        """May user ``uid`` change ``ino`` (or entries in it)? A read-only store or the root
-        says EROFS to everyone, first, as a read-only filesystem does; then only the owner the
-        mount shows (and root) may write, as the modes say."""
+    def check_write(self, ino: int, what: str, *, allowed: bool) -> None:
+        """May the caller change ``ino`` (or entries in it)? A read-only store or the root says
+        EROFS to everyone, first, as a read-only filesystem does; then a caller the mount's
+        access rules do not allow (``allowed``, see ``fs/access.py``) gets EACCES."""
         self._writable(self.node(ino), what)
-        if uid not in (0, owner):
-            raise FsError(errno.EACCES, f"{what}: only uid {owner} may write here")
+        if not allowed:
+            raise FsError(errno.EACCES, f"{what}: this user may not use the mount")
 
     def _writable(self, node: Node, what: str) -> StoreMount:
         mount = node.mount

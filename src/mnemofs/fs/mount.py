@@ -24,10 +24,12 @@ import pyfuse3
 import trio
 
 from mnemofs.errors import Unavailable
+from mnemofs.fs.access import Owner
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
 from mnemofs.inotify import FileWatch
 from mnemofs.models import Session
+from mnemofs.private import private_dir, write_private
 from mnemofs.store import Listener, MemoryService
 
 log = logging.getLogger("mnemofs.mount")
@@ -61,6 +63,7 @@ class MountOptions:
     uid: int | None = None
     gid: int | None = None
     debug: bool = False
+    group_access: bool = False  # members of gid share the owner's access (modes 0660/0770)
 
 
 def state_dir() -> Path:
@@ -140,8 +143,10 @@ def prepare_root(root: str) -> None:
 
 @contextlib.contextmanager
 def _record(path: Path, root: str, session: Session) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": os.getpid(), "root": root, "session": session.id}))
+    private_dir(path.parent)
+    write_private(
+        path, json.dumps({"pid": os.getpid(), "root": root, "session": session.id}).encode()
+    )
     try:
         yield
     finally:
@@ -332,14 +337,15 @@ def serve(
     service.defer_checkpoints()  # commits on this thread; a worker thread checkpoints
     service.defer_reconnects()  # never block requests on an unreachable server
     fs = MemoryFs(service, session, actor=session.id)
-    ops = Adapter(
-        fs,
-        uid=os.getuid() if options.uid is None else options.uid,
-        gid=os.getgid() if options.gid is None else options.gid,
+    owner = Owner(
+        os.getuid() if options.uid is None else options.uid,
+        os.getgid() if options.gid is None else options.gid,
+        group=options.group_access,
     )
+    ops = Adapter(fs, owner)
     # No default_permissions: the kernel would answer EACCES for a read-only store before we
-    # could say EROFS. The adapter checks writes itself (Adapter._may_write); reads are open
-    # to whoever may reach the mount, as the modes 0644/0755 say.
+    # could say EROFS. The adapter checks every request itself (fs/access.py): owner-only by
+    # default, as the modes 0600/0700 say.
     fuse_options = {"fsname=mnemofs", "subtype=mnemofs"}
     if options.allow_other:
         fuse_options.add("allow_other")

@@ -14,6 +14,7 @@ by tests and tools that ask for ``Engine.sqlalchemy()``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from dataclasses import dataclass, field
@@ -22,10 +23,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from mnemofs.errors import InvalidRequest, Unavailable
+from mnemofs.private import create_private_file, private_dir
 from mnemofs.store.revision import SCHEMA_REVISION
 
 if TYPE_CHECKING:
     import sqlalchemy
+
+log = logging.getLogger("mnemofs")
 
 ENV_DB = "MNEMOFS_DB"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -178,7 +182,7 @@ def make_engine(
                 f"no database at {path}: check --db or ${ENV_DB} (a new one is made only by "
                 "'mnemofs stores create' or 'mnemofs db upgrade', or at the default location)"
             )
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _private_sqlite_file(Path(path))
         engine = Engine(resolved, "sqlite", sqlite3)
     elif scheme in ("postgresql", "postgresql+psycopg"):
         try:
@@ -193,6 +197,19 @@ def make_engine(
     if check_schema:
         ensure_schema(engine)
     return engine
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """A new database file is made 0600 before SQLite opens it (its -wal and -shm take the
+    database file's mode), in a 0700 directory if mnemofs makes that too. The default data
+    directory, which is mnemofs' own, is tightened to 0700 if others could enter it."""
+    if path == default_sqlite_path():
+        old = private_dir(path.parent)
+        if old is not None:
+            log.warning("made %s owner-only (it was %o): memory is private", path.parent, old)
+    elif not path.parent.exists():
+        private_dir(path.parent, tighten=False)
+    create_private_file(path)
 
 
 def current_revision(engine: Engine) -> str | None:
