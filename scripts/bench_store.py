@@ -102,6 +102,13 @@ def measure(service: MemoryService, store: str, ids: list[str], run: int) -> dic
             lambda i: service.list_versions(store, memory_id=sample[i % len(sample)]), 1000
         ),
         "versions (page of 100)": rate(lambda i: service.list_versions(store, limit=100), 300),
+        # Erasing: merges the whole search index and empties the WAL (docs/decisions.md).
+        "redact (erasing)": rate(
+            lambda i: service.redact_version(
+                store, sample[i].replace("mem_", "memver_") + f"_{run % VERSIONS_PER_MEMORY:02d}"
+            ),
+            20,
+        ),
     }
 
 

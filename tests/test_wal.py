@@ -82,3 +82,16 @@ def test_any_other_writer_cuts_the_wal_past_the_limit(
     service.close()
     reader.close()
     assert max(sizes) < 4 * MIB, max(sizes) // MIB  # without the cut: ~40 MiB and more
+
+
+def test_a_connection_dies_with_its_thread(tmp_path: Path) -> None:
+    """Worker threads come and go (trio retires idle ones): each new one must not leave the
+    last one's connection open for good (seen as descriptors growing in a PostgreSQL soak)."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}"), actor="api")
+    store = service.create_store("S").id
+    for _ in range(20):
+        thread = threading.Thread(target=service.list_memories, args=(store,))
+        thread.start()
+        thread.join()
+    assert len(service.db._all) <= 2  # this thread's and the last worker's, at most
+    service.close()

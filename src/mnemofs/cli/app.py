@@ -739,6 +739,19 @@ def db_upgrade(ctx: Context) -> None:
     emit(ctx, {"upgraded": True}, lambda: click.echo("database schema is up to date"))
 
 
+@db.command("scrub")
+@pass_ctx
+def db_scrub(ctx: Context) -> None:
+    """Rewrite the database so no erased text stays in its files.
+
+    Redaction, prune and store delete already erase on SQLite as they return. On PostgreSQL the
+    old rows stay in the table files as dead tuples until this (VACUUM FULL, CHECKPOINT) runs;
+    it locks those tables while it works.
+    """
+    ctx.service.scrub()
+    emit(ctx, {"scrubbed": True}, lambda: click.echo("database scrubbed"))
+
+
 @db.command("check")
 @click.option("--store", metavar="STORE", help="Check only this store.")
 @pass_ctx

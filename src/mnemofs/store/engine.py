@@ -144,6 +144,9 @@ def _configure_sqlite(conn: Any) -> None:
     cur.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
     cur.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_CHECKPOINT_PAGES}")
     cur.execute(f"PRAGMA journal_size_limit = {SQLITE_JOURNAL_SIZE_LIMIT}")
+    # Deleted and overwritten content is zeroed in the file, not left in free space: what a
+    # redaction, a prune or a store delete removes must not be findable (docs/decisions.md).
+    cur.execute("PRAGMA secure_delete = ON")
     cur.close()
 
 

@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import re
 import threading
 import time
@@ -103,6 +104,9 @@ _STORE_COLS = (
 )
 
 
+log = logging.getLogger("mnemofs.store")
+
+
 def utc_now() -> str:
     """Now as the spec's timestamp: UTC ISO-8601 with milliseconds."""
     return _timestamp(datetime.now(UTC))
@@ -114,6 +118,18 @@ def _timestamp(moment: datetime) -> str:
 
 def sha256_hex(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+# The tables whose rows (or index entries) hold memory content or paths.
+CONTENT_TABLES = ("memories", "memory_versions", "directories", "memory_stores")
+
+
+def _purge_search_index(tx: Tx) -> None:
+    """SQLite: merge the FTS5 index into one segment. A delete only adds a tombstone; the
+    deleted text's tokens stay in older segments until a merge drops them (and secure_delete
+    zeroes the pages they were on). Costs a rewrite of the whole index: erasing changes only."""
+    if tx.dialect == "sqlite":
+        tx.run("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
 
 
 def decode_content(data: bytes) -> str:
@@ -600,8 +616,10 @@ class MemoryService:
             for table in ("session_attachments", "memory_versions", "memories", "directories"):
                 tx.run(f"DELETE FROM {table} WHERE store_id = :id", {"id": store_id})
             tx.run("DELETE FROM memory_stores WHERE id = :id", {"id": store_id})
+            _purge_search_index(tx)
 
         self._write(run)
+        self._clear_wal()
 
     # -- memories -------------------------------------------------------------------------------
 
@@ -1258,9 +1276,15 @@ class MemoryService:
                     "redacted_at = :now WHERE id = :id",
                     {"now": utc_now(), "id": version_id},
                 )
+                _purge_search_index(tx)  # the text was indexed while it was a head
+                erased.append(True)
             return _version(self._version_row(tx, store_id, version_id))
 
-        return self._write(run)
+        erased: list[bool] = []
+        version = self._write(run)
+        if erased:
+            self._clear_wal()
+        return version
 
     def prune_versions(
         self,
@@ -1281,7 +1305,7 @@ class MemoryService:
 
         def run(tx: Tx) -> int:
             self._lock_store(tx, store_id)
-            return tx.run(
+            removed = tx.run(
                 "DELETE FROM memory_versions WHERE store_id = :store AND created_at < :cutoff "
                 "AND seq NOT IN (SELECT seq FROM (SELECT v.seq, ROW_NUMBER() OVER "
                 "(PARTITION BY v.memory_id ORDER BY v.seq DESC) AS rank "
@@ -1289,8 +1313,29 @@ class MemoryService:
                 "WHERE v.store_id = :store) AS ranked WHERE rank <= :keep)",
                 {"store": store_id, "cutoff": cutoff, "keep": keep_last},
             )
+            if removed:
+                _purge_search_index(tx)
+            return removed
 
-        return self._write(run)
+        removed = self._write(run)
+        if removed:
+            self._clear_wal()
+        return removed
+
+    def _clear_wal(self) -> None:
+        """After an erasing change: empty the SQLite WAL, whose older frames still hold what was
+        erased (see docs/decisions.md, "Erasure")."""
+        if not self.db.clear_wal():
+            log.warning("readers kept the WAL busy: erased text may stay in %s-wal until the "
+                        "next checkpoint", self.db.engine.sqlite_path)  # fmt: skip
+
+    def scrub(self) -> None:
+        """Make every erased byte unreachable in the database's own files: on SQLite, merge the
+        search index, VACUUM and empty the WAL; on PostgreSQL, VACUUM FULL the tables that hold
+        content (dead tuples stay in table files until then) and CHECKPOINT."""
+        self._write(_purge_search_index)
+        self.db.vacuum(CONTENT_TABLES)
+        self._clear_wal()
 
     # -- for mounts: whole-file saves, renames over a target, directory moves, the change feed --
 

@@ -57,6 +57,7 @@ WAL_CHECKPOINT_BYTES = 8 * 1024 * 1024  # a deferring process checkpoints at thi
 WAL_CHECKPOINT_INTERVAL_S = 1.0  # ...or this long after its last checkpoint
 WAL_AUTO_TRUNCATE_BYTES = 32 * 1024 * 1024  # any other process, at this size
 WAL_RESTART_WAIT_MS = 200
+ERASE_WAIT_S = 10.0  # how long an erasing change waits for readers to leave the WAL
 
 
 class Tx:
@@ -106,7 +107,10 @@ class Database:
         self._local = threading.local()
         self._sql: dict[str, str] = {}
         self._rows: dict[str, Callable[[Any], Any]] = {}
-        self._all: list[Any] = []
+        # Every thread's connection, by its thread: a connection whose thread has ended is
+        # closed when the next one is made (worker threads come and go: trio retires idle ones,
+        # and each new one would otherwise leave a connection open for good).
+        self._all: dict[threading.Thread, Any] = {}
         self._lock = threading.Lock()
         self._driver_error: type[Exception] = engine.driver.Error
         self._down: str | None = None  # why the database is unreachable, while it is
@@ -181,7 +185,12 @@ class Database:
             self._down = None
             self._local.conn = conn
             with self._lock:
-                self._all.append(conn)
+                ended = [t for t in self._all if not t.is_alive()]
+                orphans = [self._all.pop(t) for t in ended]
+                self._all[threading.current_thread()] = conn
+            for orphan in orphans:
+                with suppress(Exception):
+                    orphan.close()
         return conn
 
     def _discard(self) -> None:
@@ -189,8 +198,8 @@ class Database:
         self._local.conn = None
         if conn is not None:
             with self._lock:
-                if conn in self._all:
-                    self._all.remove(conn)
+                if self._all.get(threading.current_thread()) is conn:
+                    del self._all[threading.current_thread()]
             with suppress(Exception):  # a broken connection may fail to close
                 conn.close()
 
@@ -259,6 +268,49 @@ class Database:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
         self._checkpointed_at = time.monotonic()
 
+    def clear_wal(self, timeout_s: float = ERASE_WAIT_S) -> bool:
+        """Empty the SQLite WAL file (after an erasing change: its older frames still hold what
+        was erased), waiting up to ``timeout_s`` for readers in it; False if they outlasted it."""
+        if self.dialect != "sqlite":
+            return True
+        deadline = time.monotonic() + timeout_s
+        conn = self._connection()
+        while True:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
+                try:
+                    with self._restarting:
+                        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            except self._driver_error as exc:
+                raise Unavailable(f"database error: {_first_line(exc)}") from exc
+            if not busy:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def vacuum(self, tables: tuple[str, ...]) -> None:
+        """Rewrite the database without the space deleted rows left: SQLite ``VACUUM`` (the
+        whole file); PostgreSQL ``VACUUM FULL`` of ``tables`` (new files; the old ones, with
+        their dead tuples, are removed) and a ``CHECKPOINT``."""
+        try:
+            if self.dialect == "sqlite":
+                self._connection().execute("VACUUM")
+                return
+            conn = self.engine.connect()
+            try:
+                conn.autocommit = True
+                for table in tables:
+                    conn.execute(f"VACUUM FULL {table}")
+                conn.execute("CHECKPOINT")
+            finally:
+                conn.close()
+        except self._driver_error as exc:
+            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+
     def _wait_for_restart(self) -> None:
         if self._restarting.acquire(timeout=WAL_RESTART_WAIT_MS / 1000):
             self._restarting.release()
@@ -286,13 +338,13 @@ class Database:
     def _backend_pids(self) -> set[int]:
         """The server processes of this Database's own connections (PostgreSQL)."""
         with self._lock:
-            conns = list(self._all)
+            conns = list(self._all.values())
         return {c.info.backend_pid for c in conns if not c.closed}
 
     def close(self) -> None:
         """Give every thread's connection back (call when done with the service)."""
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all.values()), {}
         for conn in conns:
             with suppress(self._driver_error):
                 conn.close()
