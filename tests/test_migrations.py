@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 import mnemofs.store.engine as engine_module
-from mnemofs.store import Engine, make_engine, upgrade
+from mnemofs.store import Engine, MemoryService, make_engine, upgrade
 from mnemofs.store.engine import SchemaOutOfDate, current_revision
 from mnemofs.store.schema import SCHEMA_REVISION, SEARCH_OBJECTS, metadata
 
@@ -87,4 +87,23 @@ def test_0006_keeps_versions_and_never_reuses_a_seq(tmp_path: Path) -> None:
         )
         triggers = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'trigger'")).all()
     assert triggers  # the search index's triggers on memories survived the rebuild
+    engine.dispose()
+
+
+def test_0007_keeps_existing_stores_as_they_were(tmp_path: Path) -> None:
+    """Stores made before the secrets policy keep accepting what they accepted; new stores
+    refuse credentials."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}", check_schema=False)
+    upgrade(engine, "0006")
+    with engine.sqlalchemy().begin() as conn:
+        conn.execute(text(
+            "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+            "memory_count, revision, kind, owner, on_full) VALUES ('memstore_old', 'old', '', "
+            "'t', 't', 0, 0, 'memory', '', 'refuse')"
+        ))  # fmt: skip
+    upgrade(engine)
+    service = MemoryService(engine)
+    assert service.get_store("memstore_old").secrets == "allow"
+    assert service.create_store("new").secrets == "refuse"
+    service.close()
     engine.dispose()

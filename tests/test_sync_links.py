@@ -168,3 +168,12 @@ def test_links_swapped_in_while_reconciles_run(service: MemoryService, tmp_path:
     assert SECRET not in str(env.stored())
     for path in env.outside.iterdir():
         assert stat.S_ISREG(path.lstat().st_mode)
+
+
+def test_a_store_folder_that_is_a_link_is_refused(service: MemoryService, tmp_path: Path) -> None:
+    env = Env(service, tmp_path)
+    env.root.mkdir()
+    (env.root / "notes").symlink_to(env.outside)  # before the first reconcile
+    report = env.worker.reconcile()
+    assert any("notes" in e for e in report.errors)
+    assert env.outside_state() == {"keep.txt": "untouched\n"}

@@ -5,6 +5,8 @@ No errno here: the filesystem adapter and the CLI each map these at their own bo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class MnemofsError(Exception):
     """Base of every refusal. ``type`` is the spec's error name (``invalid_request``...)."""
@@ -71,6 +73,15 @@ class StoreFull(LimitExceeded):
 
 class InvalidContent(InvalidRequest):
     """Content that is not valid UTF-8 text: a filesystem says EILSEQ."""
+
+
+class SecretDetected(InvalidRequest):
+    """Content that holds a credential, in a store that refuses them: a filesystem says EACCES.
+    ``findings`` name each credential's kind and line, never the credential."""
+
+    def __init__(self, message: str, findings: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.findings = list(findings)
 
 
 class NameTooLong(InvalidRequest):

@@ -53,6 +53,11 @@ class Folder:
         except (OSError, LinkInPath):
             return False
 
+    def ensure(self) -> None:
+        """Make the folder (0700) if it is not there."""
+        with self._dir([], create=True):
+            pass
+
     @contextmanager
     def _dir(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
         """A descriptor of the directory ``parts`` below the folder (made if ``create``)."""

@@ -24,6 +24,8 @@ StoreKind = Literal["memory", "journal"]
 STORE_KINDS: tuple[StoreKind, ...] = ("memory", "journal")
 OnFull = Literal["refuse", "evict-lru"]
 ON_FULL_POLICIES: tuple[OnFull, ...] = ("refuse", "evict-lru")
+SecretsPolicy = Literal["refuse", "allow"]
+SECRETS_POLICIES: tuple[SecretsPolicy, ...] = ("refuse", "allow")
 Operation = Literal["created", "modified", "renamed", "deleted"]
 
 STORE_PREFIX = "memstore_"
@@ -60,6 +62,7 @@ class MemoryStore(_Resource):
     kind: StoreKind = "memory"
     owner: str = ""  # the end user it belongs to; "" for a general store
     on_full: OnFull = "refuse"  # what a create does when the store is full
+    secrets: SecretsPolicy = "refuse"  # whether a save holding a credential is refused
 
     type = "memory_store"
 
@@ -145,6 +148,21 @@ class Session(_Resource):
             "user_id": self.user_id,
             "resources": [a.to_dict() for a in self.resources],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class SecretFinding(_Resource):
+    """A credential found in a stored version (``mnemofs db scan-secrets``): where and what
+    kind, never the credential."""
+
+    memory_store_id: StoreId
+    memory_id: MemoryId
+    version_id: VersionId
+    path: str
+    line: int
+    kind: str
+
+    type = "secret_finding"
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,10 +157,15 @@ class SyncWorker:
             folder = Folder(str(self.root), attachment.mount_path.rsplit("/", 1)[1])
             state = self.states.setdefault(attachment.memory_store_id, StoreState())
             try:
+                if not state.files:  # a store's folder is there from the start, empty or not
+                    folder.ensure()
                 self._reconcile_store(attachment, folder, state, report)
             except MnemofsError as exc:
                 report.errors.append(f"{attachment.name}: {exc.message}")
                 log.warning("cannot sync store %r: %s", attachment.name, exc.message)
+            except (LinkInPath, OSError) as exc:  # its folder is a link, or unusable
+                report.errors.append(f"{attachment.name}: {folder.path}: {exc}")
+                log.warning("cannot sync store %r: %s: %s", attachment.name, folder.path, exc)
             if self.dirty:
                 self._save()
                 self.dirty = False

@@ -187,7 +187,7 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
     emit(ctx, store, lambda: print_fields([
         ("id", store.id), ("name", store.name), ("description", store.description),
         ("kind", store.kind), ("owner", store.owner), ("on_full", store.on_full),
-        ("memories", store.memory_count),
+        ("secrets", store.secrets), ("memories", store.memory_count),
         ("created_at", store.created_at), ("updated_at", store.updated_at),
         ("archived_at", store.archived_at),
     ]))  # fmt: skip
@@ -203,13 +203,18 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
 @click.option("--on-full", type=click.Choice(["refuse", "evict-lru"]), default="refuse",
               show_default=True,
               help="When full: refuse a create, or evict the least recently read.")  # fmt: skip
+@click.option("--secrets", type=click.Choice(["refuse", "allow"]), default="refuse",
+              show_default=True,
+              help="refuse: a save holding a credential (a cloud key, a private key, a "
+                   "token, a URL with a password) is refused, naming kind and line.")  # fmt: skip
 @pass_ctx
 def stores_create(
-    ctx: Context, name: str, description: str, kind: Any, owner: str, on_full: Any
+    ctx: Context, name: str, description: str, kind: Any, owner: str, on_full: Any, secrets: Any
 ) -> None:
     """Create a store named NAME."""
     ctx.may_create = True
-    store = ctx.service.create_store(name, description, kind=kind, owner=owner, on_full=on_full)
+    store = ctx.service.create_store(name, description, kind=kind, owner=owner, on_full=on_full,
+                                     secrets=secrets)  # fmt: skip
     show_store(ctx, store)
 
 
@@ -239,14 +244,17 @@ def stores_show(ctx: Context, store: str) -> None:
 @click.option("--description", help="The new description.")
 @click.option("--on-full", type=click.Choice(["refuse", "evict-lru"]),
               help="What a create does when the store is full.")  # fmt: skip
+@click.option("--secrets", type=click.Choice(["refuse", "allow"]),
+              help="Whether a save holding a credential is refused.")  # fmt: skip
 @pass_ctx
 def stores_update(
-    ctx: Context, store: str, name: str | None, description: str | None, on_full: Any
-) -> None:
-    """Rename a store, change its description or its capacity policy."""
+    ctx: Context, store: str, name: str | None, description: str | None, on_full: Any,
+    secrets: Any,
+) -> None:  # fmt: skip
+    """Rename a store, change its description, its capacity or its secrets policy."""
     store_id = ctx.store(store)
     show_store(ctx, ctx.service.update_store(store_id, name=name, description=description,
-                                             on_full=on_full))  # fmt: skip
+                                             on_full=on_full, secrets=secrets))  # fmt: skip
 
 
 @stores.command("archive")
@@ -750,6 +758,21 @@ def db_scrub(ctx: Context) -> None:
     """
     ctx.service.scrub()
     emit(ctx, {"scrubbed": True}, lambda: click.echo("database scrubbed"))
+
+
+@db.command("scan-secrets")
+@click.option("--store", metavar="STORE", help="Scan only this store.")
+@pass_ctx
+def db_scan_secrets(ctx: Context, store: str | None) -> None:
+    """Report credentials already stored: the kind, the memory, the version and the line of
+    each, never the credential itself. Exit 1 if any is found."""
+    found = ctx.service.scan_secrets(ctx.store(store) if store else None)
+    emit(ctx, {"data": [f.to_dict() for f in found]}, lambda: print_table(
+        ["STORE", "MEMORY", "VERSION", "PATH", "LINE", "KIND"],
+        [(f.memory_store_id, f.memory_id, f.version_id, f.path, f.line, f.kind) for f in found],
+    ))  # fmt: skip
+    if found:
+        sys.exit(1)
 
 
 @db.command("check")

@@ -30,6 +30,7 @@ _ERRNOS: tuple[tuple[type[Exception], int], ...] = (
     (errors.StoreFull, errno.ENOSPC),
     (errors.LimitExceeded, errno.ENOSPC),
     (errors.InvalidContent, errno.EILSEQ),
+    (errors.SecretDetected, errno.EACCES),
     (errors.NameTooLong, errno.ENAMETOOLONG),
     (errors.InvalidRequest, errno.EINVAL),
     (errors.NotFound, errno.ENOENT),
@@ -55,7 +56,9 @@ def fuse_error(exc: Exception, what: str) -> pyfuse3.FUSEError:
         return exc
     if isinstance(exc, (FsError, errors.MnemofsError)):
         code = errno_for(exc)
-        log.debug("%s: %s (%s)", what, exc, errno.errorcode.get(code, code))
+        # A refused credential is the agent's to fix and the admin's to know of: logged.
+        level = logging.WARNING if isinstance(exc, errors.SecretDetected) else logging.DEBUG
+        log.log(level, "%s: %s (%s)", what, exc, errno.errorcode.get(code, code))
         return pyfuse3.FUSEError(code)
     log.error("%s failed unexpectedly", what, exc_info=exc)
     return pyfuse3.FUSEError(errno.EIO)

@@ -77,6 +77,9 @@ memory_stores = Table(
     # What a create does when the store is full: 'refuse' (StoreFull, ENOSPC) or 'evict-lru'
     # (delete the least recently accessed memory first, with a 'deleted' version by 'evict').
     Column("on_full", Text, nullable=False, server_default="refuse"),
+    # 'refuse': a save whose content holds a credential (mnemofs/secrets.py) is refused;
+    # 'allow': stored as any text. New stores refuse; stores from before 0007 allow.
+    Column("secrets", Text, nullable=False, server_default="refuse"),
 )
 
 memories = Table(

@@ -38,6 +38,7 @@ from mnemofs.errors import (
     InvalidRequest,
     NotFound,
     PreconditionFailed,
+    SecretDetected,
     StoreArchived,
     StoreFull,
 )
@@ -45,6 +46,7 @@ from mnemofs.models import (
     ACCESS_MODES,
     MEMORY_PREFIX,
     ON_FULL_POLICIES,
+    SECRETS_POLICIES,
     SESSION_PREFIX,
     STORE_KINDS,
     STORE_PREFIX,
@@ -61,6 +63,8 @@ from mnemofs.models import (
     Operation,
     Page,
     SearchHit,
+    SecretFinding,
+    SecretsPolicy,
     Session,
     SessionId,
     StoreId,
@@ -80,6 +84,7 @@ from mnemofs.paths import (
     validate_path,
     validate_prefix,
 )
+from mnemofs.secrets import find_secrets
 from mnemofs.store.check import CheckReport, check
 from mnemofs.store.engine import Engine
 from mnemofs.store.sql import Database, Listener, Tx
@@ -100,7 +105,8 @@ _VERSION_COLS = (
     "redacted_at"
 )
 _STORE_COLS = (
-    "id, name, description, created_at, updated_at, archived_at, memory_count, kind, owner, on_full"
+    "id, name, description, created_at, updated_at, archived_at, memory_count, kind, owner, "
+    "on_full, secrets"
 )
 
 
@@ -231,6 +237,7 @@ def _store(row: Any) -> MemoryStore:
         kind=row.kind,
         owner=row.owner,
         on_full=row.on_full,
+        secrets=row.secrets,
     )
 
 
@@ -260,6 +267,30 @@ def _validate_on_full(on_full: object) -> OnFull:
     if on_full not in ON_FULL_POLICIES:
         raise InvalidRequest(f"on_full {on_full!r} is not one of {', '.join(ON_FULL_POLICIES)}")
     return on_full  # type: ignore[return-value,unused-ignore]
+
+
+def _validate_secrets(policy: object) -> SecretsPolicy:
+    if policy not in SECRETS_POLICIES:
+        raise InvalidRequest(f"secrets {policy!r} is not one of {', '.join(SECRETS_POLICIES)}")
+    return policy  # type: ignore[return-value,unused-ignore]
+
+
+def _screen(policy: str, store_id: str, path: str, content: str) -> None:
+    """Refuse ``content`` for ``path`` if the store refuses secrets and it holds one."""
+    if policy != "refuse":
+        return
+    findings = find_secrets(content)
+    if not findings:
+        return
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    raise SecretDetected(
+        f"{path}: not saved: it holds what looks like a credential ({findings[0]}{more}). "
+        "Memories outlive the session and are read by other agents and users: remove it (name "
+        "where it is kept instead, e.g. an environment variable). Store "
+        f"{store_id} refuses secrets ('mnemofs stores update STORE --secrets allow' permits "
+        "them).",
+        findings,
+    )
 
 
 def _validate_description(description: object) -> str:
@@ -350,15 +381,18 @@ class MemoryService:
         kind: StoreKind = "memory",
         owner: str = "",
         on_full: OnFull = "refuse",
+        secrets: SecretsPolicy = "refuse",
     ) -> MemoryStore:
         """A new store; ``kind='journal'`` makes a turn journal (see ``append_journal``);
-        ``owner`` gives it to one end user (``""``: a general store)."""
+        ``owner`` gives it to one end user (``""``: a general store); ``secrets='allow'``
+        stores content that holds credentials (refused by default, see ``mnemofs.secrets``)."""
         name = _validate_store_name(name)
         description = _validate_description(description)
         if kind not in STORE_KINDS:
             raise InvalidRequest(f"store kind {kind!r} is not one of {', '.join(STORE_KINDS)}")
         owner = _validate_user(owner, "owner")
         on_full = _validate_on_full(on_full)
+        secrets = _validate_secrets(secrets)
         now = utc_now()
         store = MemoryStore(
             id=StoreId(new_id(STORE_PREFIX)),
@@ -371,16 +405,18 @@ class MemoryService:
             kind=kind,
             owner=owner,
             on_full=on_full,
+            secrets=secrets,
         )
 
         def run(tx: Tx) -> MemoryStore:
             tx.run(
                 "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
-                "archived_at, memory_count, revision, kind, owner, on_full) VALUES (:id, :name, "
-                ":description, :created_at, :updated_at, NULL, 0, 0, :kind, :owner, :on_full)",
+                "archived_at, memory_count, revision, kind, owner, on_full, secrets) VALUES "
+                "(:id, :name, :description, :created_at, :updated_at, NULL, 0, 0, :kind, "
+                ":owner, :on_full, :secrets)",
                 {"id": store.id, "name": name, "description": description,
                  "created_at": now, "updated_at": now, "kind": kind, "owner": owner,
-                 "on_full": on_full},
+                 "on_full": on_full, "secrets": secrets},
             )  # fmt: skip
             return store
 
@@ -408,10 +444,11 @@ class MemoryService:
 
     def _change_store(
         self, tx: Tx, store_id: str, count_delta: int = 0, *, room_for: str | None = None
-    ) -> None:
+    ) -> str:
         """The first statement of every change to a store's memories or directories: lock the
         store's row, refuse an archived store (and, with ``room_for``, a full one), count the
-        change. One UPDATE on the happy path; the reason is looked up only on refusal."""
+        change. One UPDATE on the happy path; the reason is looked up only on refusal. Returns
+        the store's secrets policy (for ``_screen``)."""
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
             "revision = revision + 1 WHERE id = :id AND archived_at IS NULL"
@@ -419,14 +456,16 @@ class MemoryService:
         if room_for is not None:
             sql += " AND memory_count < :max"
         if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
-            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id)"
+            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), secrets"
+        else:
+            sql += " RETURNING secrets"
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
-        if tx.run(sql, params) == 1:
-            return
+        changed = tx.one(sql, params)
+        if changed is not None:
+            return str(changed.secrets)
         row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
         if room_for is not None and row.on_full == "evict-lru" and self._evict_lru(tx, store_id):
-            self._change_store(tx, store_id, count_delta, room_for=room_for)
-            return
+            return self._change_store(tx, store_id, count_delta, room_for=room_for)
         raise StoreFull(
             f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
             f"memories, the limit; cannot create {room_for!r}"
@@ -549,11 +588,16 @@ class MemoryService:
         name: str | None = None,
         description: str | None = None,
         on_full: OnFull | None = None,
+        secrets: SecretsPolicy | None = None,
     ) -> MemoryStore:
-        if name is None and description is None and on_full is None:
-            raise InvalidRequest("nothing to update: give a name, a description or on_full")
+        if name is None and description is None and on_full is None and secrets is None:
+            raise InvalidRequest(
+                "nothing to update: give a name, a description, on_full or secrets"
+            )
         if on_full is not None:
             on_full = _validate_on_full(on_full)
+        if secrets is not None:
+            secrets = _validate_secrets(secrets)
         if name is not None:
             name = _validate_store_name(name)
         if description is not None:
@@ -563,10 +607,12 @@ class MemoryService:
             row = self._lock_store(tx, store_id)
             tx.run(
                 "UPDATE memory_stores SET name = :name, description = :description, "
-                "on_full = :on_full, updated_at = :now, revision = revision + 1 WHERE id = :id",
+                "on_full = :on_full, secrets = :secrets, updated_at = :now, "
+                "revision = revision + 1 WHERE id = :id",
                 {"name": row.name if name is None else name,
                  "description": row.description if description is None else description,
                  "on_full": row.on_full if on_full is None else on_full,
+                 "secrets": row.secrets if secrets is None else secrets,
                  "now": utc_now(), "id": store_id},
             )  # fmt: skip
             self._notify(tx, store_id)
@@ -701,7 +747,8 @@ class MemoryService:
         size = len(content.encode())
 
         def run(tx: Tx) -> Memory:
-            self._change_store(tx, store_id, +1, room_for=path)
+            policy = self._change_store(tx, store_id, +1, room_for=path)
+            _screen(policy, store_id, path, content)
             self._check_path_free(tx, store_id, path)
             return self._insert_memory(tx, store_id, path, content, sha, size, actor)
 
@@ -796,7 +843,7 @@ class MemoryService:
         content = validate_content(content)
 
         def run(tx: Tx) -> tuple[Memory, bool]:
-            self._change_store(tx, store_id)  # locks the store before anything is read
+            policy = self._change_store(tx, store_id)  # locks the store before anything is read
             row = None
             if memory_id is not None:
                 row = tx.one(
@@ -811,7 +858,10 @@ class MemoryService:
                     {"store": store_id, "path": path},
                 )
             if row is not None:
+                if content != row.content:
+                    _screen(policy, store_id, row.path, content)
                 return self._apply_update(tx, store_id, row, row.path, content, actor), False
+            _screen(policy, store_id, path, content)
             self._change_store(tx, store_id, +1, room_for=path)
             self._check_path_free(tx, store_id, path)
             sha, size = sha256_hex(content), len(content.encode())
@@ -836,7 +886,8 @@ class MemoryService:
         size = len(line.encode())
 
         def run(tx: Tx) -> Memory:
-            self._change_store(tx, store_id)  # locks the store first: appends queue here
+            policy = self._change_store(tx, store_id)  # locks the store first: appends queue
+            _screen(policy, store_id, JOURNAL_PATH, line)
             store = self._store_row(tx, store_id)
             if store.kind != "journal":
                 raise InvalidRequest(
@@ -932,7 +983,7 @@ class MemoryService:
         wanted = _precondition_hash(precondition)
 
         def run(tx: Tx) -> Memory:
-            self._change_store(tx, store_id)
+            policy = self._change_store(tx, store_id)
             row = self._memory_row(tx, store_id, memory_id, content=True)
             if wanted is not None and row.content_sha256 != wanted:
                 raise PreconditionFailed(
@@ -941,6 +992,8 @@ class MemoryService:
                 )
             new_path = row.path if path is None else path
             new_content = row.content if content is None else content
+            if new_content != row.content:
+                _screen(policy, store_id, new_path, new_content)
             if new_path != row.path:
                 self._check_path_free(tx, store_id, new_path, ignore=memory_id)
             return self._apply_update(
@@ -1321,6 +1374,35 @@ class MemoryService:
         if removed:
             self._clear_wal()
         return removed
+
+    def scan_secrets(self, store_id: str | None = None) -> list[SecretFinding]:
+        """Every credential already stored (all stores, or one), in every version that still
+        has content, oldest first; what a store with ``secrets='refuse'`` would refuse now."""
+        if store_id is not None:
+            self.get_store(store_id)
+        sql = (
+            "SELECT seq, id, store_id, memory_id, path, content FROM memory_versions "
+            "WHERE content IS NOT NULL AND seq > :after"
+            + (" AND store_id = :store" if store_id is not None else "")
+            + " ORDER BY seq LIMIT 500"
+        )
+        found: list[SecretFinding] = []
+        after = 0
+        while True:
+
+            def batch(tx: Tx, after: int = after) -> list[Any]:
+                return tx.all(sql, {"after": after, "store": store_id})
+
+            rows = self._read(batch)
+            if not rows:
+                return found
+            for r in rows:
+                found += [
+                    SecretFinding(StoreId(r.store_id), MemoryId(r.memory_id), VersionId(r.id),
+                                  r.path, f.line, f.kind)
+                    for f in find_secrets(r.content)
+                ]  # fmt: skip
+            after = rows[-1].seq
 
     def _clear_wal(self) -> None:
         """After an erasing change: empty the SQLite WAL, whose older frames still hold what was

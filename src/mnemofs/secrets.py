@@ -1,0 +1,153 @@
+"""Credentials in memory content, found at write time (issue 12).
+
+Memories outlive sessions and are read by other agents and users, so a credential written into
+one spreads. A store's ``secrets`` policy (``refuse``, the default for new stores, or
+``allow``) decides whether a save whose content holds one is refused. The detection is
+detect-secrets' (Yelp), a library made for this, limited to its high-confidence detectors:
+cloud and service keys with a fixed shape, private keys, tokens of the common services and
+URLs that carry a password. Its keyword and entropy detectors, which flag ordinary prose, are
+not used, nor any verification (that would send the secret over the network). A password
+that is a placeholder (``user:password@``, ``${PASSWORD}``, ``<password>``) is not a secret.
+
+Only the kind and the line of a finding ever leave this module, never the secret itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# detect-secrets' detectors that name a credential by its shape (see the module docstring).
+DETECTORS = (
+    "aws.AWSKeyDetector",
+    "azure_storage_key.AzureStorageKeyDetector",
+    "basic_auth.BasicAuthDetector",
+    "discord.DiscordBotTokenDetector",
+    "github_token.GitHubTokenDetector",
+    "gitlab_token.GitLabTokenDetector",
+    "jwt.JwtTokenDetector",
+    "mailchimp.MailchimpDetector",
+    "npm.NpmDetector",
+    "openai.OpenAIDetector",
+    "private_key.PrivateKeyDetector",
+    "pypi_token.PypiTokenDetector",
+    "sendgrid.SendGridDetector",
+    "slack.SlackDetector",
+    "square_oauth.SquareOAuthDetector",
+    "stripe.StripeDetector",
+    "telegram_token.TelegramBotTokenDetector",
+    "twilio.TwilioKeyDetector",
+)
+# Passwords in example URLs: words, not secrets.
+PLACEHOLDERS = frozenset(
+    {"password", "passwd", "pass", "pwd", "secret", "changeme", "example", "xxx", "xxxx", "***"}
+)
+_TEMPLATED = re.compile(r"^(\$\{.*\}|\$\w+|<.*>|\{\{.*\}\}|\{.*\}|%\(?\w+\)?s?|\*+|x+|\.\.\.)$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A credential's kind and the line it is on (1-based); never the credential."""
+
+    kind: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} on line {self.line}"
+
+
+# Speed, not detection: the library's slowest patterns begin with a character class or are
+# case-insensitive, so the regex engine tries them at every position (up to 150 µs each for
+# 4 KiB). Each match must contain something that starts with a literal, which the engine finds
+# fast; a text without it cannot match, and the pattern is skipped. Keyed by the library's own
+# pattern text: a pattern this table does not know (a new release) always runs, so an update
+# can make a save slower, never a secret missed.
+_NEEDS: dict[str, re.Pattern[str]] = {
+    r"[0-9a-z]{32}-us[0-9]{1,2}": re.compile(r"-us[0-9]"),
+    r"\d{8,10}:[0-9A-Za-z_-]{35}": re.compile(r":[0-9A-Za-z_-]{35}"),
+    r"xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+": re.compile(r"xox"),
+    r"[MNO][a-zA-Z\d_-]{23,25}\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}": re.compile(
+        r"\.[a-zA-Z\d_-]{6}\."
+    ),
+    r"(?:r|s)k_live_[0-9a-zA-Z]{24}": re.compile(r"k_live_"),
+    r"https://hooks\.slack\.com/services/T[a-zA-Z0-9_]+/B[a-zA-Z0-9_]+/[a-zA-Z0-9_]+": re.compile(
+        r"hooks\.slack\.com"
+    ),
+}
+_AWS_NAMED = "aws.{0,20}?"  # the named-secret pattern of the AWS detector begins so
+
+
+def _need(pattern: Any) -> re.Pattern[str] | None:
+    """What a match of ``pattern`` must contain; searched in the lowercased text when the
+    pattern ignores case (a case-blind search of a literal is as slow as the pattern)."""
+    if pattern.pattern.startswith(_AWS_NAMED):
+        return re.compile(r"aws")
+    return _NEEDS.get(pattern.pattern)
+
+
+@functools.cache
+def _detectors() -> list[Any]:
+    """The detectors, loaded on first use (importing detect-secrets takes ~0.2 s)."""
+    import importlib
+
+    found = []
+    for name in DETECTORS:
+        module, cls = name.rsplit(".", 1)
+        found.append(getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)())
+    return found
+
+
+@functools.cache
+def _checks() -> list[tuple[Any, Any, re.Pattern[str] | None, bool]]:
+    """(detector, pattern, what a match needs) for every pattern of a detector that is only
+    its patterns; (detector, None, None) for one with a check of its own (JWT decodes)."""
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    checks: list[tuple[Any, Any, re.Pattern[str] | None, bool]] = []
+    for detector in _detectors():
+        if type(detector).analyze_string is RegexBasedDetector.analyze_string:
+            checks += [(detector, p, _need(p), bool(p.flags & re.IGNORECASE))
+                       for p in detector.denylist]  # fmt: skip
+        else:
+            checks.append((detector, None, None, False))
+    return checks
+
+
+def find_secrets(text: str) -> list[Finding]:
+    """Every credential in ``text``, in line order (one finding per kind and line)."""
+    findings: set[Finding] = set()
+    lowered = text.lower()
+    for detector, pattern, needs, blind in _checks():
+        if needs is not None and needs.search(lowered if blind else text) is None:
+            continue
+        found = detector.analyze_string(text) if pattern is None else _matches(pattern, text)
+        for secret in found:
+            if _placeholder(secret):
+                continue
+            for line in _lines_of(text, secret):
+                findings.add(Finding(detector.secret_type, line))
+    return sorted(findings, key=lambda f: (f.line, f.kind))
+
+
+def _matches(pattern: Any, text: str) -> Iterator[str]:
+    """What the detector's ``analyze_string`` yields for one of its patterns."""
+    for match in pattern.findall(text):
+        if isinstance(match, tuple):
+            yield from filter(bool, match)
+        else:
+            yield match
+
+
+def _placeholder(secret: str) -> bool:
+    value = secret.strip("'\"")
+    return value.lower() in PLACEHOLDERS or bool(_TEMPLATED.match(value))
+
+
+def _lines_of(text: str, secret: str) -> Iterator[int]:
+    start = text.find(secret)
+    while start >= 0:
+        yield text.count("\n", 0, start) + 1
+        start = text.find(secret, start + 1)

@@ -1,0 +1,165 @@
+"""Secrets at write time (issue 12): a store that refuses secrets (the default for new stores)
+refuses a save whose content holds a credential, naming its kind and line and never the
+credential, and changes nothing; ordinary notes never trip it; ``db scan-secrets`` reports
+what is already stored."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mnemofs.errors import SecretDetected
+from mnemofs.secrets import find_secrets
+from mnemofs.store import Engine, MemoryService
+
+from .mounted import mounted, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+AWS = "AKIA" + "IOSFODNN7EXAMPLQ"  # split so no scanner flags this file itself
+GITHUB = "ghp_" + "x1Y2z3" * 6
+CREDENTIALS = {
+    "AWS Access Key": f"aws_access_key_id = {AWS}",
+    "Private Key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----",
+    "GitHub Token": f"export GITHUB_TOKEN={GITHUB}",
+    "Slack Token": "xoxb-" + "123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+    "Stripe Access Key": "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "Basic Auth Credentials": "DATABASE_URL=postgresql://app:" + "Tr0ub4dor3@db.internal/prod",
+    "JSON Web Token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
+    "eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+}
+ORDINARY = """# Notes
+- Use 2-space indentation in YAML; run `pytest -q` before pushing.
+- The staging db is postgresql+psycopg://user:password@host/dbname (a placeholder).
+- Set ${DATABASE_PASSWORD} in the environment; never commit it. See https://example.com/a:b@c
+- Meeting at 10:30 with Ana; ticket PROJ-1234; sha 3f786850e387550fdab836ed7e6dc881de23001b.
+- uuid 123e4567-e89b-12d3-a456-426614174000, base64 aGVsbG8gd29ybGQ=, version 1.2.3-us1
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+def test_each_kind_is_found_on_its_line(kind: str) -> None:
+    text = f"first line\nsecond line\n{CREDENTIALS[kind]}\nlast\n"
+    assert [(f.kind, f.line) for f in find_secrets(text)] == [(kind, 3)]
+
+
+def test_ordinary_notes_never_trip_it() -> None:
+    corpus = [ORDINARY]
+    for pattern in ("README.md", "docs/*.md", "../shared/*.md", "../shared/seeds/*.txt"):
+        corpus += [p.read_text() for p in sorted(ROOT.glob(pattern))]
+    assert len(corpus) > 3
+    for text in corpus:
+        assert find_secrets(text) == [], text[:80]
+
+
+def test_a_refused_save_changes_nothing_and_says_why(service: MemoryService) -> None:
+    store = service.create_store("Notes")
+    assert store.secrets == "refuse"  # the default for new stores
+    sid = store.id
+    memory = service.create_memory(sid, "/a.md", "fine\n")
+    before = [(v.id, v.operation) for v in service.list_versions(sid)]
+    attempts = [
+        lambda: service.create_memory(sid, "/b.md", f"x\n{CREDENTIALS['GitHub Token']}\n"),
+        lambda: service.update_memory(sid, memory.id, content=f"{AWS}\n"),
+        lambda: service.save_file(sid, "/a.md", f"fine\n\n{CREDENTIALS['Private Key']}\n"),
+        lambda: service.save_file(sid, "/c.md", f"{AWS}\n"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(SecretDetected) as info:
+            attempt()
+        message = info.value.message
+        assert "line" in message
+        assert "credential" in message
+        assert AWS not in message
+        assert GITHUB not in message
+    with pytest.raises(SecretDetected, match=r"/b\.md: not saved: .*GitHub Token on line 2"):
+        attempts[0]()
+    assert [(v.id, v.operation) for v in service.list_versions(sid)] == before
+    assert service.get_memory(sid, memory.id).content == "fine\n"
+    # A store that allows them stores them; the policy is a store field every face shows.
+    service.update_store(sid, secrets="allow")
+    assert service.get_store(sid).to_dict()["secrets"] == "allow"
+    service.update_memory(sid, memory.id, content=f"{AWS}\n")
+
+
+def test_journal_appends_are_screened(service: MemoryService) -> None:
+    journal = service.create_store("Turns", kind="journal").id
+    service.append_journal(journal, '{"title": "ok"}\n')
+    with pytest.raises(SecretDetected):
+        service.append_journal(journal, json.dumps({"result": f"key {AWS}"}) + "\n")
+    assert service.find_memory(journal, "/journal.jsonl").content == '{"title": "ok"}\n'
+
+
+def test_cli_names_kind_and_line_and_scan_reports_without_the_secret(
+    engine: Engine, db_url: str
+) -> None:
+    def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mnemofs", "--db", db_url, *args],
+                              input=stdin, capture_output=True, text=True)  # fmt: skip
+
+    assert cli("stores", "create", "Notes").returncode == 0
+    refused = cli("memories", "create", "Notes", "/k.md", stdin=f"hello\n{AWS}\n")
+    assert refused.returncode == 2
+    assert "AWS Access Key on line 2" in refused.stderr
+    assert AWS not in refused.stderr + refused.stdout
+    assert cli("stores", "create", "Old", "--secrets", "allow").returncode == 0
+    assert cli("memories", "create", "Old", "/k.md", stdin=f"hello\n{AWS}\n").returncode == 0
+    assert re.search(r"^secrets +allow$", cli("stores", "show", "Old").stdout, re.M)
+    scan = cli("--json", "db", "scan-secrets")
+    assert scan.returncode == 1
+    findings = json.loads(scan.stdout)["data"]
+    assert [(f["path"], f["line"], f["kind"]) for f in findings] == [
+        ("/k.md", 2, "AWS Access Key")
+    ]  # fmt: skip
+    assert AWS not in scan.stdout
+    assert cli("db", "scan-secrets", "--store", "Notes").returncode == 0
+
+
+def test_the_mount_says_eacces_at_close_and_logs_kind_and_line(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/a.md", "fine\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root) as daemon:
+        note = root / "notes" / "a.md"
+        with pytest.raises(OSError) as info, open(note, "a") as f:
+            f.write(f"token {GITHUB}\n")
+        assert info.value.errno == errno.EACCES
+        assert note.read_text() == "fine\n"  # the failed save left the saved content
+        with pytest.raises(OSError) as info:
+            (root / "notes" / "new.md").write_text(f"{AWS}\n")
+        assert info.value.errno == errno.EACCES
+        assert wait_for(lambda: not (root / "notes" / "new.md").exists(), timeout=1.0)
+    log = daemon.log.read_text()
+    assert "/a.md: not saved" in log
+    assert "GitHub Token on line 2" in log
+    assert GITHUB not in log
+    assert AWS not in log
+    assert [m.path for m in service.list_memories(store)] == ["/a.md"]
+    assert len(service.list_versions(store).data) == 1
+    service.close()
+
+
+def test_sync_reports_a_refused_file_without_the_secret(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    from mnemofs.sync import SyncWorker
+
+    store = service.create_store("Notes").id
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(tmp_path))
+    worker = SyncWorker(service, session, tmp_path / "memory")
+    worker.reconcile()
+    (tmp_path / "memory" / "notes" / "keys.md").write_text(f"a\nb\n{AWS}\n")
+    report = worker.reconcile()
+    assert any("/keys.md: not uploaded" in e and "AWS Access Key on line 3" in e
+               for e in report.errors)  # fmt: skip
+    assert AWS not in "".join(report.errors)
+    assert list(service.list_memories(store)) == []
