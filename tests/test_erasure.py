@@ -117,3 +117,35 @@ def test_postgres_scrub_removes_dead_tuples() -> None:
     assert service.search(store, MARKER) == []
     assert service.get_memory(store, secret.id).content == "rotated\n"
     service.close()
+
+
+def test_redacted_content_reaches_no_mount_folder_or_search(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A mount and a sync folder that held a secret as a memory's content show the new content
+    once it is replaced, and nothing brings the redacted text back."""
+    from mnemofs.sync import SyncWorker
+
+    from .mounted import mounted, wait_for
+
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Notes", secrets="allow").id
+    secret = service.create_memory(store, "/keys.md", f"the password is {MARKER}\n")
+    root, folder = tmp_path / "mnt", tmp_path / "synced"
+    mount_session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    sync_session = service.create_session([{"memory_store_id": store}], mount_root=str(folder))
+    worker = SyncWorker(service, sync_session, folder)
+    worker.reconcile()
+    with mounted(db_url, mount_session.id, root):
+        note = root / "notes" / "keys.md"
+        assert MARKER in note.read_text()  # cached by the mount and the kernel
+        service.update_memory(store, secret.id, content="rotated\n")
+        service.redact_version(store, secret.version_id)
+        assert wait_for(lambda: note.read_text() == "rotated\n", timeout=2.0)
+        worker.reconcile()
+        files = {p.name: p.read_text() for p in (folder / "notes").iterdir()}
+        assert files == {"keys.md": "rotated\n"}  # no conflict copy either
+    assert service.search(store, "password") == []
+    assert all(MARKER not in (service.get_version(store, v.id).content or "")
+               for v in service.list_versions(store))  # fmt: skip
+    service.close()
