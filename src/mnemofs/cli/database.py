@@ -1,0 +1,82 @@
+"""``mnemofs db``: the database itself (upgrade, check, scrub, scan for secrets)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from mnemofs.cli.common import (
+    Context,
+    emit,
+    pass_ctx,
+    print_table,
+)
+from mnemofs.store import make_engine, upgrade
+
+
+@click.group()
+def db() -> None:
+    """Manage the database itself."""
+
+
+@db.command("upgrade")
+@pass_ctx
+def db_upgrade(ctx: Context) -> None:
+    """Bring the database schema up to this version of mnemofs."""
+    engine = make_engine(ctx.db, check_schema=False)
+    upgrade(engine)
+    engine.dispose()
+    emit(ctx, {"upgraded": True}, lambda: click.echo("database schema is up to date"))
+
+
+@db.command("scrub")
+@pass_ctx
+def db_scrub(ctx: Context) -> None:
+    """Rewrite the database so no erased text stays in its files.
+
+    Redaction, prune and store delete already erase on SQLite as they return. On PostgreSQL the
+    old rows stay in the table files as dead tuples until this (VACUUM FULL, CHECKPOINT) runs;
+    it locks those tables while it works.
+    """
+    ctx.service.scrub()
+    emit(ctx, {"scrubbed": True}, lambda: click.echo("database scrubbed"))
+
+
+@db.command("scan-secrets")
+@click.option("--store", metavar="STORE", help="Scan only this store.")
+@pass_ctx
+def db_scan_secrets(ctx: Context, store: str | None) -> None:
+    """Report credentials already stored: the kind, the memory, the version and the line of
+    each, never the credential itself. Exit 1 if any is found."""
+    found = ctx.service.scan_secrets(ctx.store(store) if store else None)
+    emit(ctx, {"data": [f.to_dict() for f in found]}, lambda: print_table(
+        ["STORE", "MEMORY", "VERSION", "PATH", "LINE", "KIND"],
+        [(f.memory_store_id, f.memory_id, f.version_id, f.path, f.line, f.kind) for f in found],
+    ))  # fmt: skip
+    if found:
+        sys.exit(1)
+
+
+@db.command("check")
+@click.option("--store", metavar="STORE", help="Check only this store.")
+@pass_ctx
+def db_check(ctx: Context, store: str | None) -> None:
+    """Check the database against mnemofs' rules (read-only); exit 1 on any problem.
+
+    Counts, heads, hashes and sizes of every memory and version, and on SQLite the file's own
+    integrity_check. Run it after a crash or a hand edit.
+    """
+    report = ctx.service.check(ctx.store(store) if store else None)
+    summary = (f"{report.stores} stores, {report.memories} memories, "
+               f"{report.versions} versions checked")  # fmt: skip
+
+    def table() -> None:
+        for problem in report.problems:
+            click.echo(problem)
+        click.echo(f"{'ok' if report.ok else f'{len(report.problems)} problems'}: {summary}")
+
+    emit(ctx, {"ok": report.ok, "stores": report.stores, "memories": report.memories,
+               "versions": report.versions, "problems": report.problems}, table)  # fmt: skip
+    if not report.ok:
+        sys.exit(1)

@@ -1,0 +1,116 @@
+"""``mnemofs mount``, ``mnemofs sync`` and ``mnemofs umount``: a session's stores as files."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from mnemofs.cli.common import (
+    Context,
+    parse_attach,
+    pass_ctx,
+)
+from mnemofs.limits import (
+    DEFAULT_MOUNT_ROOT,
+)
+from mnemofs.models import Session
+
+
+def session_or_attach(
+    ctx: Context, session_id: str | None, attach: tuple[str, ...], root: str | None
+) -> tuple[Session, str]:
+    """The session to serve and its root: ``--session`` names one; ``--attach`` creates one
+    (its id printed) with ``--root`` or the default root as its mount root."""
+    if bool(session_id) == bool(attach):
+        raise click.UsageError("give --session SESSION or --attach STORE[:MODE] ...")
+    if session_id:
+        session = ctx.service.get_session(session_id)
+    else:
+        session = ctx.service.create_session(
+            [parse_attach(ctx, a) for a in attach],
+            mount_root=os.path.abspath(root or DEFAULT_MOUNT_ROOT),
+        )
+        click.echo(session.id)
+    return session, os.path.abspath(root or session.mount_root)
+
+
+@click.command("mount")
+@click.option("--session", "session_id", metavar="SESSION", help="Mount this session's stores.")
+@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
+              help="Create a session attaching STORE (read_write); repeatable.")  # fmt: skip
+@click.option("--root", metavar="DIR",
+              help=f"Mount point (default: the session's, else {DEFAULT_MOUNT_ROOT}).")  # fmt: skip
+@click.option("--foreground", is_flag=True, help="Serve in this process until SIGINT/SIGTERM.")
+@click.option("--allow-other", is_flag=True, help="Let other users (a sandbox's) use the mount.")
+@click.option("--uid", type=int, help="Owner shown for every file (default: this user).")
+@click.option("--gid", type=int, help="Group shown for every file (default: this group).")
+@click.option("--group-access", is_flag=True,
+              help="Members of --gid may read and write too (modes 0660/0770); without it the "
+                   "mount is owner-only (0600/0700) and others get EACCES.")  # fmt: skip
+@click.option("--debug", is_flag=True, help="Log every FUSE request.")
+@click.option("--ready-fd", type=int, hidden=True)
+@pass_ctx
+def mount(
+    ctx: Context,
+    session_id: str | None,
+    attach: tuple[str, ...],
+    root: str | None,
+    foreground: bool,
+    allow_other: bool,
+    uid: int | None,
+    gid: int | None,
+    group_access: bool,
+    debug: bool,
+    ready_fd: int | None,
+) -> None:
+    """Mount a session's stores as directories under ROOT (one per store).
+
+    Returns once the mount is ready (or, with --foreground, prints one line then and serves).
+    """
+    from mnemofs.cli import daemon
+
+    session, root = session_or_attach(ctx, session_id, attach, root)
+    options = daemon.MountOptions(root, allow_other, uid, gid, debug, group_access)
+    if foreground:
+        daemon.serve_foreground(ctx.service, session, options, ready_fd=ready_fd)
+    else:
+        daemon.start_background(ctx.db, session, options)
+
+
+@click.command("sync")
+@click.option("--session", "session_id", metavar="SESSION", help="Sync this session's stores.")
+@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
+              help="Create a session attaching STORE (repeat), print its id, sync it.")  # fmt: skip
+@click.option("--root", metavar="DIR",
+              help="Where the stores' folders go (default: the session's mount root).")  # fmt: skip
+@click.option("--interval", type=float, default=15.0, show_default=True,
+              help="Seconds between reconciles (at least 1).")  # fmt: skip
+@click.option("--once", is_flag=True, help="Reconcile once and exit (for hooks and cron).")
+@click.option("--foreground", is_flag=True, help="Stay in the foreground until SIGINT/SIGTERM.")
+@pass_ctx
+def sync(ctx: Context, session_id: str | None, attach: tuple[str, ...], root: str | None,
+         interval: float, once: bool, foreground: bool) -> None:  # fmt: skip
+    """Keep a local folder per attached store in step with the database (no FUSE needed).
+
+    Reconciles at most every --interval seconds and once more on SIGINT/SIGTERM. Without
+    --foreground or --once, the first reconcile runs here and a background worker continues.
+    """
+    from mnemofs.cli import syncing
+
+    if interval < 1:
+        raise click.UsageError(f"--interval must be at least 1 second, got {interval}")
+    session, folder = session_or_attach(ctx, session_id, attach, root)
+    syncing.run(ctx.db, session, folder, interval, once=once, foreground=foreground)
+
+
+@click.command("umount")
+@click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True, metavar="DIR",
+              help="The mount point to unmount.")  # fmt: skip
+@pass_ctx
+def umount(ctx: Context, root: str) -> None:
+    """Unmount ROOT: the daemon saves open files, unmounts and exits."""
+    from mnemofs.cli import daemon
+
+    daemon.stop(os.path.abspath(root))
+    click.echo(f"unmounted {os.path.abspath(root)}")

@@ -1,0 +1,414 @@
+"""The transaction primitives every writer uses, and what a service holds.
+
+Lock and count a store (``_change_store``), write a version, insert a memory, apply an
+update, check a path is free, note and flush reads, evict: one place for each, so every face
+(mount, CLI, sync, API) writes versions the same way. See ``service.py`` for the concurrency
+contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from mnemofs import limits
+from mnemofs.errors import (
+    Conflict,
+    NotFound,
+    StoreArchived,
+    StoreFull,
+)
+from mnemofs.models import (
+    MEMORY_PREFIX,
+    VERSION_PREFIX,
+    Attachment,
+    Memory,
+    MemoryId,
+    Operation,
+    Session,
+    SessionId,
+    StoreId,
+    VersionId,
+    new_id,
+)
+from mnemofs.paths import (
+    ROOT,
+    ancestor_prefixes,
+    parent_prefix,
+    prefix_upper_bound,
+)
+from mnemofs.store.engine import Engine
+from mnemofs.store.rows import (
+    _MEMORY_COLS,
+    _STORE_COLS,
+    _VERSION_COLS,
+    ACCESS_FLUSH_S,
+    CHANGES_CHANNEL,
+    EVICT_ACTOR,
+    _access,
+    _memory,
+    _placeholders,
+    _timestamp,
+    utc_now,
+)
+from mnemofs.store.sql import Database, Tx
+
+T = TypeVar("T")
+log = logging.getLogger("mnemofs.store")
+
+
+class ServiceBase:
+    """What every part of the service shares: the database, the actor, noted reads, and the
+    transaction primitives below."""
+
+    def __init__(self, engine: Engine, *, actor: str = "api") -> None:
+        self.engine = engine
+        self.actor = actor
+        self.db = Database(engine)
+        self._accessed: dict[str, float] = {}  # memory id -> time.time() of its last read
+        self._accessed_since = 0.0
+        self._access_lock = threading.Lock()
+
+    def close(self) -> None:
+        with suppress(Exception):  # a database that is gone loses the last second of reads
+            self.flush_accesses()
+        self.db.close()
+
+    def _read(self, fn: Callable[[Tx], T]) -> T:
+        if self._accessed and time.monotonic() - self._accessed_since > ACCESS_FLUSH_S:
+            with suppress(Exception):
+                self.flush_accesses()
+        return self.db.run(fn, write=False)
+
+    def _write(self, fn: Callable[[Tx], T]) -> T:
+        if not self._accessed:
+            return self.db.run(fn, write=True)
+
+        def with_accesses(tx: Tx) -> T:
+            self._flush_accesses(tx)
+            return fn(tx)
+
+        return self.db.run(with_accesses, write=True)
+
+    def _store_row(self, tx: Tx, store_id: str, *, lock: bool = False) -> Any:
+        sql = f"SELECT {_STORE_COLS} FROM memory_stores WHERE id = :id"
+        row = tx.one(sql + " FOR UPDATE" if lock else sql, {"id": store_id})
+        if row is None:
+            raise NotFound(f"memory store {store_id!r} not found")
+        return row
+
+    def _lock_store(self, tx: Tx, store_id: str) -> Any:
+        """Lock a live store's row for a change; refuse an archived store."""
+        row = self._store_row(tx, store_id, lock=True)
+        if row.archived_at is not None:
+            raise StoreArchived(
+                f"memory store {row.name!r} ({store_id}) is archived and read-only "
+                f"since {row.archived_at}"
+            )
+        return row
+
+    def _change_store(
+        self, tx: Tx, store_id: str, count_delta: int = 0, *, room_for: str | None = None
+    ) -> str:
+        """The first statement of every change to a store's memories or directories: lock the
+        store's row, refuse an archived store (and, with ``room_for``, a full one), count the
+        change. One UPDATE on the happy path; the reason is looked up only on refusal. Returns
+        the store's secrets policy (for ``_screen``)."""
+        sql = (
+            "UPDATE memory_stores SET memory_count = memory_count + :delta, "
+            "revision = revision + 1 WHERE id = :id AND archived_at IS NULL"
+        )
+        if room_for is not None:
+            sql += " AND memory_count < :max"
+        if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
+            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), secrets"
+        else:
+            sql += " RETURNING secrets"
+        params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
+        changed = tx.one(sql, params)
+        if changed is not None:
+            return str(changed.secrets)
+        row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
+        if room_for is not None and row.on_full == "evict-lru" and self._evict_lru(tx, store_id):
+            return self._change_store(tx, store_id, count_delta, room_for=room_for)
+        raise StoreFull(
+            f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
+            f"memories, the limit; cannot create {room_for!r}"
+        )
+
+    def _evict_lru(self, tx: Tx, store_id: str) -> bool:
+        """Delete the store's least recently accessed memory (a 'deleted' version by actor
+        'evict'); False if there is none. The store is locked and full."""
+        self._flush_accesses(tx)  # this process's reads count before choosing
+        victim = tx.one(
+            "SELECT id, path FROM memories WHERE store_id = :store "
+            "ORDER BY COALESCE(accessed_at, updated_at), id LIMIT 1",
+            {"store": store_id},
+        )
+        if victim is None:
+            return False
+        self._write_version(
+            tx, store_id=store_id, memory_id=victim.id, operation="deleted", path=victim.path,
+            content=None, sha=None, size=0, now=utc_now(), actor=EVICT_ACTOR,
+        )  # fmt: skip
+        tx.run("DELETE FROM memories WHERE id = :id", {"id": victim.id})
+        tx.run(
+            "UPDATE memory_stores SET memory_count = memory_count - 1 WHERE id = :id",
+            {"id": store_id},
+        )
+        return True
+
+    def note_access(self, store_id: str, memory_id: str) -> None:
+        """Count a read of a memory (the mount calls this at open). Costs a dict write; the
+        time reaches the database with this process's next write, or within
+        ``ACCESS_FLUSH_S`` of a read, or at ``close``."""
+        accessed = self._accessed  # no lock: a read racing a flush may go uncounted (advisory)
+        if not accessed:
+            self._accessed_since = time.monotonic()
+        accessed[memory_id] = time.time()
+
+    def flush_accesses(self) -> None:
+        """Write noted accesses now (a mount calls this every second from a worker thread)."""
+        if self._accessed:
+            self.db.run(self._flush_accesses, write=True)
+
+    def _flush_accesses(self, tx: Tx) -> None:
+        with self._access_lock:
+            pending, self._accessed = self._accessed, {}
+        for memory_id, at in pending.items():
+            stamp = _timestamp(datetime.fromtimestamp(at, UTC))
+            tx.run(
+                "UPDATE memories SET accessed_at = :at WHERE id = :id "
+                "AND (accessed_at IS NULL OR accessed_at < :at)",
+                {"at": stamp, "id": memory_id},
+            )
+
+    @staticmethod
+    def _notify(tx: Tx, store_id: str) -> None:
+        """Tell listening mounts (PostgreSQL) that the store changed; sent at commit, once per
+        transaction however often it is called."""
+        if tx.dialect == "postgresql":
+            tx.run(f"SELECT pg_notify('{CHANGES_CHANNEL}', :store)", {"store": store_id})
+
+    def _memory_row(self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False) -> Any:
+        cols = _MEMORY_COLS + (", content" if content else "")
+        row = tx.one(
+            f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
+            {"id": memory_id, "store": store_id},
+        )
+        if row is None:
+            self._store_row(tx, store_id)
+            raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
+        return row
+
+    def _check_path_free(
+        self, tx: Tx, store_id: str, path: str, *, ignore: str | None = None
+    ) -> None:
+        """Refuse a path taken by a memory or a directory, or under a memory.
+
+        A path is never both a file and a directory, so every store can be mounted. One query:
+        memories at the path or at an ancestor (as a file), the first memory under it, and the
+        first explicit directory at or under it.
+        """
+        in_list, params = _placeholders("p", [path, *(p[:-1] for p in ancestor_prefixes(path))])
+        as_dir = path + "/"
+        params |= {"store": store_id, "lo": as_dir, "hi": prefix_upper_bound(as_dir),
+                   "ignore": ignore or ""}  # fmt: skip
+        rows = tx.all(
+            f"SELECT path, id FROM memories WHERE store_id = :store AND path IN ({in_list}) "
+            "UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
+            "AND path >= :lo AND path < :hi AND id != :ignore ORDER BY path LIMIT 1) AS under "
+            "UNION ALL SELECT * FROM (SELECT path, NULL AS id FROM directories "
+            "WHERE store_id = :store AND path >= :lo AND path < :hi ORDER BY path LIMIT 1) AS d",
+            params,
+        )
+        for row in rows:
+            if row.id is not None and row.id == ignore:
+                continue
+            if row.path == path:
+                raise Conflict(f"a memory already exists at {path!r} ({row.id})")
+            if row.id is not None and not row.path.startswith(as_dir):
+                raise Conflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
+            raise Conflict(f"{path!r} is a directory (it holds {row.path!r})")
+
+    def _write_version(
+        self,
+        tx: Tx,
+        *,
+        store_id: str,
+        memory_id: str,
+        operation: Operation,
+        path: str,
+        content: str | None,
+        sha: str | None,
+        size: int,
+        now: str,
+        actor: str | None,
+        folded_id: str | None = None,
+    ) -> VersionId:
+        version_id = VersionId(new_id(VERSION_PREFIX))
+        tx.run(
+            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, "
+            "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES "
+            "(:id, :store, :memory, :op, :path, :content, :sha, :size, :now, :actor, NULL, "
+            ":folded)",
+            {"id": version_id, "store": store_id, "memory": memory_id, "op": operation,
+             "path": path, "content": content, "sha": sha, "size": size, "now": now,
+             "actor": actor or self.actor, "folded": folded_id},
+        )  # fmt: skip
+        return version_id
+
+    def _insert_memory(
+        self, tx: Tx, store_id: str, path: str, content: str, sha: str, size: int,
+        actor: str | None,
+    ) -> Memory:  # fmt: skip
+        """The rows of a new memory and its 'created' version (store counted, path checked)."""
+        now = utc_now()
+        memory_id = MemoryId(new_id(MEMORY_PREFIX))
+        version_id = self._write_version(
+            tx, store_id=store_id, memory_id=memory_id, operation="created", path=path,
+            content=content, sha=sha, size=size, now=now, actor=actor,
+        )  # fmt: skip
+        tx.run(
+            "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
+            "created_at, updated_at, head_version_id, accessed_at) VALUES (:id, :store, :path, "
+            ":content, :sha, :size, :now, :now, :version, :now)",
+            {"id": memory_id, "store": store_id, "path": path, "content": content,
+             "sha": sha, "size": size, "now": now, "version": version_id},
+        )  # fmt: skip
+        return Memory(
+            id=memory_id,
+            memory_store_id=StoreId(store_id),
+            path=path,
+            content_sha256=sha,
+            size_bytes=size,
+            created_at=now,
+            updated_at=now,
+            version_id=version_id,
+            content=content,
+        )
+
+    def _apply_update(
+        self,
+        tx: Tx,
+        store_id: str,
+        row: Any,
+        new_path: str,
+        new_content: str,
+        actor: str | None,
+        *,
+        keep_directory: bool = False,
+        folded_id: str | None = None,
+    ) -> Memory:
+        """Write a memory's new path and/or content and its one version (none if unchanged).
+
+        ``row`` is the memory with its content, the new path already checked free.
+        """
+        if new_path == row.path and new_content == row.content:
+            return _memory(row, row.content)
+        operation: Operation = "renamed" if new_path != row.path else "modified"
+        now = utc_now()
+        encoded = new_content.encode()
+        sha = (
+            row.content_sha256
+            if new_content == row.content
+            else hashlib.sha256(encoded).hexdigest()
+        )
+        size = len(encoded)
+        version_id = self._write_version(
+            tx, store_id=store_id, memory_id=row.id, operation=operation, path=new_path,
+            content=new_content, sha=sha, size=size, now=now, actor=actor, folded_id=folded_id,
+        )  # fmt: skip
+        tx.run(
+            "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
+            "size_bytes = :size, updated_at = :now, head_version_id = :version, "
+            "accessed_at = :now WHERE id = :id",
+            {"path": new_path, "content": new_content, "sha": sha, "size": size,
+             "now": now, "version": version_id, "id": row.id},
+        )  # fmt: skip
+        if keep_directory and new_path != row.path:
+            self._keep_directory(tx, store_id, row.path, now)
+        return Memory(
+            id=MemoryId(row.id),
+            memory_store_id=StoreId(store_id),
+            path=new_path,
+            content_sha256=sha,
+            size_bytes=size,
+            created_at=row.created_at,
+            updated_at=now,
+            version_id=version_id,
+            content=new_content,
+        )
+
+    @staticmethod
+    def _keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
+        """Make the directory holding ``path`` explicit, so emptying it does not remove it."""
+        parent = parent_prefix(path)
+        if parent != ROOT:
+            tx.run(
+                "INSERT INTO directories (store_id, path, created_at) "
+                "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
+                {"store": store_id, "path": parent, "now": now},
+            )
+
+    def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
+        row = tx.one(
+            f"SELECT {_VERSION_COLS}, content FROM memory_versions "
+            "WHERE id = :id AND store_id = :store",
+            {"id": version_id, "store": store_id},
+        )
+        if row is None:
+            self._store_row(tx, store_id)
+            raise NotFound(f"memory version {version_id!r} not found in store {store_id!r}")
+        return row
+
+    def _clear_wal(self) -> None:
+        """After an erasing change: empty the SQLite WAL, whose older frames still hold what was
+        erased (see docs/decisions.md, "Erasure")."""
+        if not self.db.clear_wal():
+            log.warning("readers kept the WAL busy: erased text may stay in %s-wal until the "
+                        "next checkpoint", self.db.engine.sqlite_path)  # fmt: skip
+
+    @staticmethod
+    def _session(tx: Tx, session_id: str) -> Session:
+        row = tx.one(
+            "SELECT id, created_at, ended_at, mount_root, user_id FROM sessions WHERE id = :id",
+            {"id": session_id},
+        )
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        attached = tx.all(
+            "SELECT a.store_id, a.access, a.instructions, a.slug, s.name, s.description, s.kind, "
+            "s.on_full "
+            "FROM session_attachments a JOIN memory_stores s ON s.id = a.store_id "
+            "WHERE a.session_id = :id ORDER BY a.position",
+            {"id": session_id},
+        )
+        root = row.mount_root.rstrip("/")
+        resources = tuple(
+            Attachment(
+                memory_store_id=StoreId(a.store_id),
+                access=_access(a.access),
+                instructions=a.instructions,
+                name=a.name,
+                description=a.description,
+                mount_path=f"{root}/{a.slug}",
+                kind=a.kind,
+                on_full=a.on_full,
+            )
+            for a in attached
+        )
+        return Session(
+            id=SessionId(row.id),
+            created_at=row.created_at,
+            ended_at=row.ended_at,
+            mount_root=row.mount_root,
+            resources=resources,
+            user_id=row.user_id,
+        )

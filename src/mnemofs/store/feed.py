@@ -1,0 +1,163 @@
+"""The change feed and the database's state, for mounts and sync workers: snapshots,
+changes since a position, notifications, checkpoints, reachability, the consistency check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mnemofs.errors import (
+    NotFound,
+)
+from mnemofs.models import (
+    Change,
+    MemoryId,
+    StoreId,
+    StoreSnapshot,
+    StoreState,
+)
+from mnemofs.store.base import ServiceBase
+from mnemofs.store.check import CheckReport, check
+from mnemofs.store.rows import (
+    _MEMORY_COLS,
+    _STORE_COLS,
+    _VERSION_COLS,
+    CHANGES_CHANNEL,
+    _memory,
+    _placeholders,
+    _store,
+    _version,
+)
+from mnemofs.store.sql import Listener, Tx
+
+
+class FeedMixin(ServiceBase):
+    """The change feed and the database's state, for mounts and sync workers: snapshots,"""
+
+    def listen_for_changes(self) -> Listener | None:
+        """A listener woken when any store changes (PostgreSQL); None where the database has no
+        notifications (SQLite: watch ``data_version`` instead)."""
+        return self.db.listener(CHANGES_CHANNEL)
+
+    def snapshot(self, store_id: str) -> StoreSnapshot:
+        """The store's whole tree (no content) and its position in the change feed."""
+
+        def run(tx: Tx) -> StoreSnapshot:
+            row = tx.one(
+                f"SELECT {_STORE_COLS}, revision FROM memory_stores WHERE id = :id",
+                {"id": store_id},
+            )
+            if row is None:
+                raise NotFound(f"memory store {store_id!r} not found")
+            mems = tx.all(
+                f"SELECT {_MEMORY_COLS} FROM memories WHERE store_id = :store ORDER BY path",
+                {"store": store_id},
+            )
+            dirs = tx.all(
+                "SELECT path FROM directories WHERE store_id = :store ORDER BY path",
+                {"store": store_id},
+            )
+            last = tx.scalar(
+                "SELECT MAX(seq) FROM memory_versions WHERE store_id = :store", {"store": store_id}
+            )
+            return StoreSnapshot(
+                store=_store(row),
+                revision=row.revision,
+                memories=tuple(_memory(m) for m in mems),
+                directories=tuple(d.path for d in dirs),
+                last_seq=int(last or 0),
+            )
+
+        return self._read(run)
+
+    def store_states(self, store_ids: list[str]) -> dict[StoreId, StoreState]:
+        """Revision and archive state of each store that still exists."""
+        if not store_ids:
+            return {}
+        in_list, params = _placeholders("s", list(store_ids))
+
+        def run(tx: Tx) -> dict[StoreId, StoreState]:
+            return {
+                StoreId(r.id): StoreState(StoreId(r.id), r.revision, r.archived_at, r.memory_count)
+                for r in tx.all(
+                    "SELECT id, revision, archived_at, memory_count FROM memory_stores "
+                    f"WHERE id IN ({in_list})",
+                    params,
+                )
+            }
+
+        return self._read(run)
+
+    def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
+        """Versions written to the store after position ``after_seq``, oldest first."""
+
+        def run(tx: Tx) -> list[Change]:
+            rows = tx.all(
+                f"SELECT {_VERSION_COLS}, seq, folded_id FROM memory_versions "
+                "WHERE store_id = :store AND seq > :after ORDER BY seq LIMIT :limit",
+                {"store": store_id, "after": after_seq, "limit": limit},
+            )
+            out: list[Change] = []
+            for r in rows:
+                version = _version(r)
+                if r.folded_id is not None:  # the folded memory is gone (see rename_over)
+                    gone = replace(version, memory_id=MemoryId(r.folded_id), operation="deleted",
+                                   content_sha256=None, size_bytes=0)  # fmt: skip
+                    out.append(Change(int(r.seq), gone))
+                out.append(Change(int(r.seq), version))
+            return out
+
+        return self._read(run)
+
+    def explicit_directories(self, store_id: str) -> list[str]:
+        return self._read(
+            lambda tx: [
+                r.path
+                for r in tx.all(
+                    "SELECT path FROM directories WHERE store_id = :store ORDER BY path",
+                    {"store": store_id},
+                )
+            ]
+        )
+
+    def check(self, store_id: str | None = None) -> CheckReport:
+        """Check the database (or one store) against the rules, read-only (see ``check.py``)."""
+
+        def run(tx: Tx) -> CheckReport:
+            if store_id is not None:
+                self._store_row(tx, store_id)  # NotFound for a wrong id
+            return check(tx, store_id)
+
+        return self._read(run)
+
+    def defer_checkpoints(self) -> None:
+        """For a long-lived writer (a mount): keep WAL checkpoints out of its commits; it then
+        calls ``checkpoint`` from a background thread."""
+        self.db.defer_checkpoints()
+
+    def checkpoint(self, *, force: bool = False) -> None:
+        """Keep the SQLite WAL small (see ``Database.checkpoint``); a no-op on PostgreSQL."""
+        self.db.checkpoint(force=force)
+
+    def data_version(self) -> int | None:
+        """A number that changes when another connection commits (SQLite); None elsewhere."""
+        return self.db.data_version()
+
+    def commit_files(self) -> list[str]:
+        """Files every commit writes (SQLite), for a mount to watch; empty on PostgreSQL."""
+        return self.db.commit_files()
+
+    def defer_reconnects(self) -> None:
+        """For a process that must never wait on the network (a mount): while the database is
+        unreachable every call fails at once with ``Unavailable``; only ``probe`` (from a
+        background thread) reconnects."""
+        self.db.reconnect_by_probe = True
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the database is unreachable, or None while it is reachable."""
+        return self.db.unavailable
+
+    def probe(self) -> None:
+        """Try to reach the database again (blocking); ``Unavailable`` while it cannot be."""
+        self.db.probe()

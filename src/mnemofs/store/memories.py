@@ -1,0 +1,324 @@
+"""Memories and directories: create, read, update (content, path), delete, list by prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mnemofs import limits
+from mnemofs.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PreconditionFailed,
+)
+from mnemofs.models import (
+    Memory,
+    MemoryId,
+    MemoryPrefix,
+    MemoryVersion,
+    Page,
+    StoreId,
+)
+from mnemofs.paths import (
+    ROOT,
+    prefix_upper_bound,
+    validate_path,
+    validate_prefix,
+)
+from mnemofs.store.base import ServiceBase
+from mnemofs.store.rows import (
+    _MEMORY_COLS,
+    _decode_cursor,
+    _encode_cursor,
+    _memory,
+    _precondition_hash,
+    _screen,
+    _validate_limit,
+    sha256_hex,
+    utc_now,
+    validate_content,
+)
+from mnemofs.store.sql import Tx
+
+
+class MemoriesMixin(ServiceBase):
+    """Memories and directories: create, read, update (content, path), delete, list by prefix."""
+
+    def create_memory(
+        self, store_id: str, path: str, content: str, *, actor: str | None = None
+    ) -> Memory:
+        """Create a memory; never overwrites (an existing path is a conflict)."""
+        path = validate_path(path)
+        content = validate_content(content)
+        sha = sha256_hex(content)
+        size = len(content.encode())
+
+        def run(tx: Tx) -> Memory:
+            policy = self._change_store(tx, store_id, +1, room_for=path)
+            _screen(policy, store_id, path, content)
+            self._check_path_free(tx, store_id, path)
+            return self._insert_memory(tx, store_id, path, content, sha, size, actor)
+
+        return self._write(run)
+
+    def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory:
+        """A memory with its content; a read that counts as an access (``note_access``)
+        unless ``count_access`` is False (a mount catching up with changes is no reader)."""
+
+        def run(tx: Tx) -> Memory:
+            row = self._memory_row(tx, store_id, memory_id, content=True)
+            return _memory(row, row.content)
+
+        memory = self._read(run)
+        if count_access:
+            self.note_access(store_id, memory.id)
+        return memory
+
+    def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory:
+        """The memory at ``path``, with its content (a read: counts as an access, unless
+        ``count_access`` is False)."""
+        path = validate_path(path)
+
+        def run(tx: Tx) -> Memory:
+            row = tx.one(
+                f"SELECT {_MEMORY_COLS}, content FROM memories "
+                "WHERE store_id = :store AND path = :path",
+                {"store": store_id, "path": path},
+            )
+            if row is None:
+                self._store_row(tx, store_id)
+                raise NotFound(f"no memory at {path!r} in store {store_id!r}")
+            return _memory(row, row.content)
+
+        memory = self._read(run)
+        if count_access:
+            self.note_access(store_id, memory.id)
+        return memory
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        path: str | None = None,
+        precondition: Mapping[str, str] | str | None = None,
+        actor: str | None = None,
+        keep_directory: bool = False,
+    ) -> Memory:
+        """Change content, path (a rename), or both, in one version.
+
+        With a precondition the change applies only while the stored hash still matches.
+        A change to exactly what is stored writes no version and returns the memory as it is.
+        ``keep_directory`` keeps a directory that a rename empties (as a filesystem does).
+        """
+        if content is None and path is None:
+            raise InvalidRequest("nothing to update: give content, a path or both")
+        if path is not None:
+            path = validate_path(path)
+        if content is not None:
+            content = validate_content(content)
+        wanted = _precondition_hash(precondition)
+
+        def run(tx: Tx) -> Memory:
+            policy = self._change_store(tx, store_id)
+            row = self._memory_row(tx, store_id, memory_id, content=True)
+            if wanted is not None and row.content_sha256 != wanted:
+                raise PreconditionFailed(
+                    f"memory {memory_id} at {row.path!r} has content_sha256 "
+                    f"{row.content_sha256}, not {wanted}"
+                )
+            new_path = row.path if path is None else path
+            new_content = row.content if content is None else content
+            if new_content != row.content:
+                _screen(policy, store_id, new_path, new_content)
+            if new_path != row.path:
+                self._check_path_free(tx, store_id, new_path, ignore=memory_id)
+            return self._apply_update(
+                tx, store_id, row, new_path, new_content, actor, keep_directory=keep_directory
+            )
+
+        return self._write(run)
+
+    def delete_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        actor: str | None = None,
+        keep_directory: bool = False,
+    ) -> MemoryVersion:
+        """Delete a memory; its versions stay, and a ``deleted`` version records who and when.
+
+        ``keep_directory`` keeps the memory's directory as an explicit one if this was the last
+        memory in it (a filesystem's ``rm a/b`` leaves ``a/`` in place).
+        """
+
+        def run(tx: Tx) -> MemoryVersion:
+            self._change_store(tx, store_id, -1)
+            row = self._memory_row(tx, store_id, memory_id)
+            now = utc_now()
+            version_id = self._write_version(
+                tx, store_id=store_id, memory_id=memory_id, operation="deleted", path=row.path,
+                content=None, sha=None, size=0, now=now, actor=actor,
+            )  # fmt: skip
+            tx.run("DELETE FROM memories WHERE id = :id", {"id": memory_id})
+            if keep_directory:
+                self._keep_directory(tx, store_id, row.path, now)
+            return MemoryVersion(
+                id=version_id,
+                memory_store_id=StoreId(store_id),
+                memory_id=MemoryId(memory_id),
+                operation="deleted",
+                path=row.path,
+                content_sha256=None,
+                size_bytes=0,
+                created_at=now,
+                actor=actor or self.actor,
+                redacted_at=None,
+            )
+
+        return self._write(run)
+
+    def list_memories(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str = ROOT,
+        depth: int | None = 0,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[Memory | MemoryPrefix]:
+        """Memories under ``path_prefix`` in path order, without content.
+
+        ``depth`` 0 (or None) lists the whole subtree; 1 lists immediate children, where child
+        directories appear as ``MemoryPrefix`` entries.
+        """
+        prefix = validate_prefix(path_prefix)
+        if depth is None:
+            depth = 0
+        if depth not in (0, 1) or isinstance(depth, bool):
+            raise InvalidRequest(f"depth must be 0 (whole subtree) or 1 (children), got {depth!r}")
+        limit = _validate_limit(limit)
+        kind = f"memories:{prefix}:{depth}"
+        after = _decode_cursor(kind, cursor)
+
+        def run(tx: Tx) -> Page[Memory | MemoryPrefix]:
+            self._store_row(tx, store_id)
+            entries: list[Memory | MemoryPrefix]
+            if depth == 0:
+                entries = [_memory(r) for r in self._range(tx, store_id, prefix, after, limit + 1)]
+            else:
+                entries = self._children(tx, store_id, prefix, after, limit + 1)
+            data = entries[:limit]
+            more = len(entries) > limit
+            return Page(
+                data,
+                _encode_cursor(kind, data[-1].path) if more else None,
+                lambda c: self.list_memories(
+                    store_id, path_prefix=prefix, depth=depth, limit=limit, cursor=c
+                ),
+            )
+
+        return self._read(run)
+
+    @staticmethod
+    def _range(tx: Tx, store_id: str, prefix: str, after: str | None, limit: int) -> list[Any]:
+        """Memories under ``prefix`` in path order, past the listing key ``after``."""
+        if after is None:
+            low, op = prefix, ">="
+        elif after.endswith("/"):  # a directory was listed last: skip everything under it
+            low, op = prefix_upper_bound(after), ">="
+        else:
+            low, op = after, ">"
+        return tx.all(
+            f"SELECT {_MEMORY_COLS} FROM memories WHERE store_id = :store AND path {op} :low "
+            "AND path < :high ORDER BY path LIMIT :limit",
+            {"store": store_id, "low": low, "high": prefix_upper_bound(prefix), "limit": limit},
+        )
+
+    def _children(
+        self, tx: Tx, store_id: str, prefix: str, after: str | None, want: int
+    ) -> list[Memory | MemoryPrefix]:
+        """Up to ``want`` immediate children of ``prefix`` past ``after``, in path order.
+
+        Reads memories in path order and, on meeting a subdirectory, emits it once and seeks past
+        its subtree, so the cost follows the number of children, not the size of the subtree.
+        Explicit (mkdir) directories are merged in.
+        """
+        found: dict[str, Memory | MemoryPrefix] = {}
+        cursor = after
+        batch = 4  # small after a seek (the next row may open another directory), grows on files
+        while len(found) < want:
+            asked = min(batch, want - len(found))
+            rows = self._range(tx, store_id, prefix, cursor, asked)
+            for row in rows:
+                rest = row.path[len(prefix) :]
+                slash = rest.find("/")
+                if slash < 0:
+                    found[row.path] = _memory(row)
+                    cursor = row.path
+                    continue
+                child = prefix + rest[: slash + 1]
+                found[child] = MemoryPrefix(child)
+                cursor = child
+                batch = 4
+                break  # seek past the child's subtree
+            else:
+                if len(rows) < asked:
+                    break
+                batch = min(batch * 4, 256)
+        low = prefix if after is None else after
+        if after is not None and after.endswith("/"):
+            low = prefix_upper_bound(after)
+        for row in tx.all(
+            "SELECT path FROM directories WHERE store_id = :store AND path > :low "
+            "AND path < :high ORDER BY path",
+            {"store": store_id, "low": low, "high": prefix_upper_bound(prefix)},
+        ):
+            rest = row.path[len(prefix) :]
+            child = prefix + rest[: rest.find("/") + 1]
+            if after is None or child > after:
+                found.setdefault(child, MemoryPrefix(child))
+        return [found[key] for key in sorted(found)][:want]
+
+    def make_directory(self, store_id: str, path: str) -> MemoryPrefix:
+        """Make an explicit directory (``mkdir``): it persists while empty, until removed."""
+        path = validate_path(path.rstrip("/") or "/")
+
+        def run(tx: Tx) -> MemoryPrefix:
+            self._change_store(tx, store_id)
+            self._check_path_free(tx, store_id, path)
+            prefix = path + "/"
+            tx.run(
+                "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
+                {"store": store_id, "path": prefix, "now": utc_now()},
+            )
+            return MemoryPrefix(prefix)
+
+        return self._write(run)
+
+    def remove_directory(self, store_id: str, path: str) -> None:
+        """Remove an empty directory (``rmdir``); a directory with anything in it is a conflict."""
+        path = validate_path(path.rstrip("/") or "/")
+        prefix = path + "/"
+        params = {"store": store_id, "lo": prefix, "hi": prefix_upper_bound(prefix)}
+
+        def run(tx: Tx) -> None:
+            self._change_store(tx, store_id)
+            inside = tx.scalar(
+                "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                params,
+            ) or tx.scalar(
+                "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                params,
+            )
+            if inside is not None:
+                raise Conflict(f"directory {prefix!r} is not empty (it holds {inside!r})")
+            if not tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", params):
+                raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
+
+        self._write(run)

@@ -1,0 +1,288 @@
+"""The leaves of the service: timestamps, value checks, cursors, rows turned into model objects,
+the secrets screen and the column lists. No transaction here."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from mnemofs import limits
+from mnemofs.errors import (
+    ContentTooLarge,
+    InvalidContent,
+    InvalidRequest,
+    SecretDetected,
+)
+from mnemofs.models import (
+    ON_FULL_POLICIES,
+    SECRETS_POLICIES,
+    Access,
+    Memory,
+    MemoryId,
+    MemoryStore,
+    MemoryVersion,
+    OnFull,
+    SecretsPolicy,
+    StoreId,
+    VersionId,
+)
+from mnemofs.secrets import find_secrets
+from mnemofs.store.sql import Tx
+
+CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
+
+JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
+
+EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
+
+ACCESS_FLUSH_S = 1.0  # noted reads reach the database at least this often while reading
+
+_SEARCH_WORD = re.compile(r"\w+")  # a query is its words; operators and quotes are not syntax
+
+_MEMORY_COLS = (
+    "id, store_id, path, content_sha256, size_bytes, created_at, updated_at, head_version_id"
+)
+
+_VERSION_COLS = (
+    "id, store_id, memory_id, operation, path, content_sha256, size_bytes, created_at, actor, "
+    "redacted_at"
+)
+
+_STORE_COLS = (
+    "id, name, description, created_at, updated_at, archived_at, memory_count, kind, owner, "
+    "on_full, secrets"
+)
+
+
+def utc_now() -> str:
+    """Now as the spec's timestamp: UTC ISO-8601 with milliseconds."""
+    return _timestamp(datetime.now(UTC))
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def sha256_hex(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+# The tables whose rows (or index entries) hold memory content or paths.
+CONTENT_TABLES = ("memories", "memory_versions", "directories", "memory_stores")
+
+
+def _purge_search_index(tx: Tx) -> None:
+    """SQLite: merge the FTS5 index into one segment. A delete only adds a tombstone; the
+    deleted text's tokens stay in older segments until a merge drops them (and secure_delete
+    zeroes the pages they were on). Costs a rewrite of the whole index: erasing changes only."""
+    if tx.dialect == "sqlite":
+        tx.run("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+
+
+def decode_content(data: bytes) -> str:
+    """Bytes saved through a file as memory content; ``InvalidContent`` unless valid UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidContent(
+            f"content is not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
+        ) from None
+    return validate_content(text)
+
+
+def validate_content(content: object) -> str:
+    """Return ``content`` if it may be stored: UTF-8 text without NUL, within the size limit."""
+    if not isinstance(content, str):
+        raise InvalidRequest(f"content must be a string, got {type(content).__name__}")
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidContent(
+            f"content is not valid Unicode text (U+{ord(content[exc.start]):04X} "
+            f"at character {exc.start})"
+        ) from None
+    if size > limits.MAX_CONTENT_BYTES:
+        raise ContentTooLarge(
+            f"content is {size} bytes, over the limit of {limits.MAX_CONTENT_BYTES} bytes"
+        )
+    if "\x00" in content:
+        raise InvalidContent(f"content contains a NUL character at {content.index(chr(0))}")
+    return content
+
+
+def _validate_limit(limit: object) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise InvalidRequest(f"limit must be an integer, got {limit!r}")
+    if not 1 <= limit <= limits.MAX_PAGE_LIMIT:
+        raise InvalidRequest(f"limit {limit} is outside 1..{limits.MAX_PAGE_LIMIT}")
+    return limit
+
+
+def _encode_cursor(kind: str, key: str | int) -> str:
+    raw = json.dumps([kind, key], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(kind: str, cursor: str | None) -> Any:
+    if cursor is None:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        got_kind, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError, binascii.Error):
+        raise InvalidRequest(f"cursor {cursor!r} is not a cursor this listing returned") from None
+    if got_kind != kind:
+        raise InvalidRequest(f"cursor {cursor!r} belongs to another kind of listing")
+    return key
+
+
+def _memory(row: Any, content: str | None = None) -> Memory:
+    return Memory(
+        id=MemoryId(row.id),
+        memory_store_id=StoreId(row.store_id),
+        path=row.path,
+        content_sha256=row.content_sha256,
+        size_bytes=row.size_bytes,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        version_id=VersionId(row.head_version_id),
+        content=content,
+    )
+
+
+def _version(row: Any, content: str | None = None) -> MemoryVersion:
+    return MemoryVersion(
+        id=VersionId(row.id),
+        memory_store_id=StoreId(row.store_id),
+        memory_id=MemoryId(row.memory_id),
+        operation=row.operation,
+        path=row.path,
+        content_sha256=row.content_sha256,
+        size_bytes=row.size_bytes,
+        created_at=row.created_at,
+        actor=row.actor,
+        redacted_at=row.redacted_at,
+        content=content,
+    )
+
+
+def _store(row: Any) -> MemoryStore:
+    return MemoryStore(
+        id=StoreId(row.id),
+        name=row.name,
+        description=row.description,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        archived_at=row.archived_at,
+        memory_count=row.memory_count,
+        kind=row.kind,
+        owner=row.owner,
+        on_full=row.on_full,
+        secrets=row.secrets,
+    )
+
+
+def _validate_store_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidRequest(f"store name must be a non-empty string, got {name!r}")
+    if len(name) > limits.MAX_STORE_NAME_CHARS:
+        raise InvalidRequest(
+            f"store name {name[:40]!r}... is {len(name)} characters, over "
+            f"{limits.MAX_STORE_NAME_CHARS}"
+        )
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise InvalidRequest(f"store name {name!r} contains a control character")
+    return name
+
+
+def _validate_user(user: object, what: str) -> str:
+    """An end user's id: up to 255 printable characters; "" for none."""
+    if user is None:
+        return ""
+    if not isinstance(user, str) or len(user) > 255 or not user.isprintable():
+        raise InvalidRequest(f"{what} must be up to 255 printable characters, got {user!r}")
+    return user.strip()
+
+
+def _validate_on_full(on_full: object) -> OnFull:
+    if on_full not in ON_FULL_POLICIES:
+        raise InvalidRequest(f"on_full {on_full!r} is not one of {', '.join(ON_FULL_POLICIES)}")
+    return on_full  # type: ignore[return-value,unused-ignore]
+
+
+def _validate_secrets(policy: object) -> SecretsPolicy:
+    if policy not in SECRETS_POLICIES:
+        raise InvalidRequest(f"secrets {policy!r} is not one of {', '.join(SECRETS_POLICIES)}")
+    return policy  # type: ignore[return-value,unused-ignore]
+
+
+def _screen(policy: str, store_id: str, path: str, content: str) -> None:
+    """Refuse ``content`` for ``path`` if the store refuses secrets and it holds one."""
+    if policy != "refuse":
+        return
+    findings = find_secrets(content)
+    if not findings:
+        return
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    raise SecretDetected(
+        f"{path}: not saved: it holds what looks like a credential ({findings[0]}{more}). "
+        "Memories outlive the session and are read by other agents and users: remove it (name "
+        "where it is kept instead, e.g. an environment variable). Store "
+        f"{store_id} refuses secrets ('mnemofs stores update STORE --secrets allow' permits "
+        "them).",
+        findings,
+    )
+
+
+def _validate_description(description: object) -> str:
+    if not isinstance(description, str):
+        raise InvalidRequest(f"description must be a string, got {description!r}")
+    if len(description) > limits.MAX_DESCRIPTION_CHARS:
+        raise InvalidRequest(
+            f"description is {len(description)} characters, over {limits.MAX_DESCRIPTION_CHARS}"
+        )
+    return description
+
+
+def _precondition_hash(precondition: object) -> str | None:
+    """The hash a precondition demands: ``{"type": "content_sha256", "content_sha256": H}``."""
+    if precondition is None:
+        return None
+    if isinstance(precondition, Mapping):
+        if precondition.get("type", "content_sha256") != "content_sha256":
+            raise InvalidRequest(
+                f"precondition type {precondition.get('type')!r} is unknown "
+                "(only 'content_sha256' exists)"
+            )
+        wanted = precondition.get("content_sha256")
+    else:
+        wanted = precondition
+    if not isinstance(wanted, str) or len(wanted) != 64 or not _is_hex(wanted):
+        raise InvalidRequest(f"precondition content_sha256 {wanted!r} is not a SHA-256 hex digest")
+    return wanted.lower()
+
+
+def _is_hex(value: str) -> bool:
+    try:
+        int(value, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def _placeholders(name: str, values: list[str]) -> tuple[str, dict[str, str]]:
+    """``:name0, :name1, ...`` and their parameters, for an IN list."""
+    params = {f"{name}{i}": v for i, v in enumerate(values)}
+    return ", ".join(":" + k for k in params), params
+
+
+def _access(value: str) -> Access:
+    if value == "read_only":
+        return "read_only"
+    return "read_write"

@@ -1,0 +1,190 @@
+"""Saves as a filesystem makes them (the mount and sync mode): whole-file saves, renames
+over a target (with folds), directory moves.
+"""
+
+from __future__ import annotations
+
+from mnemofs.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+)
+from mnemofs.models import (
+    Memory,
+)
+from mnemofs.paths import (
+    ancestor_prefixes,
+    as_prefix,
+    prefix_upper_bound,
+    validate_path,
+)
+from mnemofs.store.base import ServiceBase
+from mnemofs.store.rows import (
+    _MEMORY_COLS,
+    _placeholders,
+    _screen,
+    sha256_hex,
+    utc_now,
+    validate_content,
+)
+from mnemofs.store.sql import Tx
+
+
+class SavesMixin(ServiceBase):
+    """Saves as a filesystem makes them (the mount and sync mode): whole-file saves, renames"""
+
+    def save_file(
+        self, store_id: str, path: str, content: str, *, memory_id: str | None = None,
+        actor: str | None = None,
+    ) -> tuple[Memory, bool]:  # fmt: skip
+        """Save a file's whole content as one version, in one transaction; also say whether a
+        memory was created. The version goes to ``memory_id`` while it exists (wherever it
+        moved), else to the memory another writer put at ``path`` meanwhile (on a shared
+        filesystem both opened the same file: last commit wins), else a new memory at
+        ``path``. A directory at ``path`` is a Conflict."""
+        path = validate_path(path)
+        content = validate_content(content)
+
+        def run(tx: Tx) -> tuple[Memory, bool]:
+            policy = self._change_store(tx, store_id)  # locks the store before anything is read
+            row = None
+            if memory_id is not None:
+                row = tx.one(
+                    f"SELECT {_MEMORY_COLS}, content FROM memories "
+                    "WHERE id = :id AND store_id = :store",
+                    {"id": memory_id, "store": store_id},
+                )
+            if row is None:
+                row = tx.one(
+                    f"SELECT {_MEMORY_COLS}, content FROM memories "
+                    "WHERE store_id = :store AND path = :path",
+                    {"store": store_id, "path": path},
+                )
+            if row is not None:
+                if content != row.content:
+                    _screen(policy, store_id, row.path, content)
+                return self._apply_update(tx, store_id, row, row.path, content, actor), False
+            _screen(policy, store_id, path, content)
+            self._change_store(tx, store_id, +1, room_for=path)
+            self._check_path_free(tx, store_id, path)
+            sha, size = sha256_hex(content), len(content.encode())
+            return self._insert_memory(tx, store_id, path, content, sha, size, actor), True
+
+        return self._write(run)
+
+    def rename_over(
+        self,
+        store_id: str,
+        source_id: str,
+        target_id: str,
+        *,
+        actor: str | None = None,
+        fold: bool = False,
+    ) -> Memory:
+        """``rename(source, target)`` onto an existing file, as editors and ``os.replace`` save.
+
+        The target keeps its id and path and takes the source's content (one ``modified``
+        version, none if equal); the source is deleted (its directory stays). One transaction.
+
+        With ``fold`` (a mount renaming a file it just created over another: a temporary file
+        of one logical save) and a source whose every version is by ``actor``, the source's
+        history is dropped instead of closed with a ``deleted`` version, so the save leaves
+        exactly one version; that version names the source (``folded_id``), and the change feed
+        reports the source deleted there. A source with the target's very content is not
+        folded: no version would be written to carry that news.
+        """
+        who = actor or self.actor
+
+        def run(tx: Tx) -> Memory:
+            self._change_store(tx, store_id, -1)
+            source = self._memory_row(tx, store_id, source_id, content=True)
+            target = self._memory_row(tx, store_id, target_id, content=True)
+            now = utc_now()
+            others = tx.scalar(
+                "SELECT COUNT(*) FROM memory_versions WHERE memory_id = :id AND actor != :actor",
+                {"id": source_id, "actor": who},
+            )
+            folded = fold and not others and source.content != target.content
+            if folded:
+                tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
+            else:
+                self._write_version(
+                    tx, store_id=store_id, memory_id=source_id, operation="deleted",
+                    path=source.path, content=None, sha=None, size=0, now=now, actor=actor,
+                )  # fmt: skip
+            tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
+            self._keep_directory(tx, store_id, source.path, now)
+            return self._apply_update(tx, store_id, target, target.path, source.content, actor,
+                                      folded_id=source_id if folded else None)  # fmt: skip
+
+        return self._write(run)
+
+    def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
+        """Move a directory and everything under it (one ``renamed`` version per memory) in one
+        transaction. ``new`` may be an empty directory, which is replaced. Returns how many
+        memories moved."""
+        old_prefix = as_prefix(validate_path(old.rstrip("/") or "/"))
+        new_prefix = as_prefix(validate_path(new.rstrip("/") or "/"))
+        if new_prefix.startswith(old_prefix):
+            raise InvalidRequest(f"cannot move directory {old_prefix!r} into itself")
+        old_range = {"store": store_id, "lo": old_prefix, "hi": prefix_upper_bound(old_prefix)}
+        new_range = {"store": store_id, "lo": new_prefix, "hi": prefix_upper_bound(new_prefix)}
+
+        def run(tx: Tx) -> int:
+            self._change_store(tx, store_id)
+            moving = tx.all(
+                f"SELECT {_MEMORY_COLS}, content FROM memories WHERE store_id = :store "
+                "AND path >= :lo AND path < :hi ORDER BY path",
+                old_range,
+            )
+            dirs = [
+                r.path
+                for r in tx.all(
+                    "SELECT path FROM directories WHERE store_id = :store AND path >= :lo "
+                    "AND path < :hi",
+                    old_range,
+                )
+            ]
+            if not moving and not dirs:
+                raise NotFound(f"no directory {old_prefix!r} in store {store_id!r}")
+            occupant = tx.scalar(
+                "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                new_range,
+            ) or tx.scalar(
+                "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
+                "AND path < :hi ORDER BY path LIMIT 1",
+                new_range,
+            )
+            if occupant is not None:
+                raise Conflict(f"directory {new_prefix!r} is not empty (it holds {occupant!r})")
+            target_file = new_prefix[:-1]
+            in_list, params = _placeholders(
+                "p", [target_file, *(p[:-1] for p in ancestor_prefixes(target_file))]
+            )
+            blocker = tx.scalar(
+                f"SELECT path FROM memories WHERE store_id = :store AND path IN ({in_list})",
+                params | {"store": store_id},
+            )
+            if blocker is not None:
+                raise Conflict(f"{blocker!r} is a memory, so {new_prefix!r} cannot be a directory")
+            now = utc_now()
+            tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", new_range)
+            for row in moving:
+                self._apply_update(
+                    tx, store_id, row, new_prefix + row.path[len(old_prefix) :], row.content, actor
+                )
+            tx.run(
+                "DELETE FROM directories WHERE store_id = :store AND path >= :lo AND path < :hi",
+                old_range,
+            )
+            for path in dirs:
+                tx.run(
+                    "INSERT INTO directories (store_id, path, created_at) "
+                    "VALUES (:store, :path, :now)",
+                    {"store": store_id, "path": new_prefix + path[len(old_prefix) :], "now": now},
+                )
+            self._keep_directory(tx, store_id, old_prefix[:-1], now)
+            return len(moving)
+
+        return self._write(run)

@@ -1,0 +1,228 @@
+"""Memory stores: create, read, list, update, archive, delete."""
+
+from __future__ import annotations
+
+from mnemofs import limits
+from mnemofs.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+)
+from mnemofs.models import (
+    STORE_KINDS,
+    STORE_PREFIX,
+    MemoryStore,
+    OnFull,
+    Page,
+    SecretsPolicy,
+    StoreId,
+    StoreKind,
+    new_id,
+)
+from mnemofs.store.base import ServiceBase
+from mnemofs.store.rows import (
+    _STORE_COLS,
+    _decode_cursor,
+    _encode_cursor,
+    _purge_search_index,
+    _store,
+    _validate_description,
+    _validate_limit,
+    _validate_on_full,
+    _validate_secrets,
+    _validate_store_name,
+    _validate_user,
+    utc_now,
+)
+from mnemofs.store.sql import Tx
+
+
+class StoresMixin(ServiceBase):
+    """Memory stores: create, read, list, update, archive, delete."""
+
+    def create_store(
+        self,
+        name: str,
+        description: str = "",
+        *,
+        kind: StoreKind = "memory",
+        owner: str = "",
+        on_full: OnFull = "refuse",
+        secrets: SecretsPolicy = "refuse",
+    ) -> MemoryStore:
+        """A new store; ``kind='journal'`` makes a turn journal (see ``append_journal``);
+        ``owner`` gives it to one end user (``""``: a general store); ``secrets='allow'``
+        stores content that holds credentials (refused by default, see ``mnemofs.secrets``)."""
+        name = _validate_store_name(name)
+        description = _validate_description(description)
+        if kind not in STORE_KINDS:
+            raise InvalidRequest(f"store kind {kind!r} is not one of {', '.join(STORE_KINDS)}")
+        owner = _validate_user(owner, "owner")
+        on_full = _validate_on_full(on_full)
+        secrets = _validate_secrets(secrets)
+        now = utc_now()
+        store = MemoryStore(
+            id=StoreId(new_id(STORE_PREFIX)),
+            name=name,
+            description=description,
+            created_at=now,
+            updated_at=now,
+            archived_at=None,
+            memory_count=0,
+            kind=kind,
+            owner=owner,
+            on_full=on_full,
+            secrets=secrets,
+        )
+
+        def run(tx: Tx) -> MemoryStore:
+            tx.run(
+                "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+                "archived_at, memory_count, revision, kind, owner, on_full, secrets) VALUES "
+                "(:id, :name, :description, :created_at, :updated_at, NULL, 0, 0, :kind, "
+                ":owner, :on_full, :secrets)",
+                {"id": store.id, "name": name, "description": description,
+                 "created_at": now, "updated_at": now, "kind": kind, "owner": owner,
+                 "on_full": on_full, "secrets": secrets},
+            )  # fmt: skip
+            return store
+
+        return self._write(run)
+
+    def get_store(self, store_id: str) -> MemoryStore:
+        return self._read(lambda tx: _store(self._store_row(tx, store_id)))
+
+    def resolve_store(self, ref: str) -> StoreId:
+        """A store id from a ``memstore_`` id or an exact store name."""
+
+        def run(tx: Tx) -> StoreId:
+            if ref.startswith(STORE_PREFIX):
+                return StoreId(self._store_row(tx, ref).id)
+            ids = [r.id for r in tx.all("SELECT id FROM memory_stores WHERE name = :n", {"n": ref})]
+            if not ids:
+                raise NotFound(f"no memory store is named {ref!r}")
+            if len(ids) > 1:
+                raise InvalidRequest(
+                    f"{len(ids)} memory stores are named {ref!r} ({', '.join(sorted(ids))}): "
+                    "use an id"
+                )
+            return StoreId(ids[0])
+
+        return self._read(run)
+
+    def list_stores(
+        self,
+        *,
+        include_archived: bool = False,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[MemoryStore]:
+        limit = _validate_limit(limit)
+        after = _decode_cursor("stores", cursor)
+        where = ["id > :after"] if after is not None else []
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        sql = f"SELECT {_STORE_COLS} FROM memory_stores"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id LIMIT :limit"
+
+        def run(tx: Tx) -> Page[MemoryStore]:
+            rows = tx.all(sql, {"after": after, "limit": limit + 1})
+            data = [_store(row) for row in rows[:limit]]
+            more = len(rows) > limit
+            return Page(
+                data,
+                _encode_cursor("stores", data[-1].id) if more else None,
+                lambda c: self.list_stores(
+                    include_archived=include_archived, limit=limit, cursor=c
+                ),
+            )
+
+        return self._read(run)
+
+    def update_store(
+        self,
+        store_id: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        on_full: OnFull | None = None,
+        secrets: SecretsPolicy | None = None,
+    ) -> MemoryStore:
+        if name is None and description is None and on_full is None and secrets is None:
+            raise InvalidRequest(
+                "nothing to update: give a name, a description, on_full or secrets"
+            )
+        if on_full is not None:
+            on_full = _validate_on_full(on_full)
+        if secrets is not None:
+            secrets = _validate_secrets(secrets)
+        if name is not None:
+            name = _validate_store_name(name)
+        if description is not None:
+            description = _validate_description(description)
+
+        def run(tx: Tx) -> MemoryStore:
+            row = self._lock_store(tx, store_id)
+            tx.run(
+                "UPDATE memory_stores SET name = :name, description = :description, "
+                "on_full = :on_full, secrets = :secrets, updated_at = :now, "
+                "revision = revision + 1 WHERE id = :id",
+                {"name": row.name if name is None else name,
+                 "description": row.description if description is None else description,
+                 "on_full": row.on_full if on_full is None else on_full,
+                 "secrets": row.secrets if secrets is None else secrets,
+                 "now": utc_now(), "id": store_id},
+            )  # fmt: skip
+            self._notify(tx, store_id)
+            return _store(self._store_row(tx, store_id))
+
+        return self._write(run)
+
+    def archive_store(self, store_id: str) -> MemoryStore:
+        """Make a store read-only forever. Archiving an archived store changes nothing."""
+
+        def run(tx: Tx) -> MemoryStore:
+            row = self._store_row(tx, store_id, lock=True)
+            if row.archived_at is None:
+                tx.run(
+                    "UPDATE memory_stores SET archived_at = :now, revision = revision + 1 "
+                    "WHERE id = :id",
+                    {"now": utc_now(), "id": store_id},
+                )
+                self._notify(tx, store_id)
+            return _store(self._store_row(tx, store_id))
+
+        return self._write(run)
+
+    def delete_store(self, store_id: str) -> None:
+        """Remove a store with its memories, versions and directories.
+
+        Refused while a session that has not ended has it attached: that session's mount would
+        lose a directory it was promised.
+        """
+
+        def run(tx: Tx) -> None:
+            self._store_row(tx, store_id, lock=True)
+            active = [
+                r.id
+                for r in tx.all(
+                    "SELECT s.id FROM sessions s JOIN session_attachments a "
+                    "ON a.session_id = s.id WHERE a.store_id = :id AND s.ended_at IS NULL "
+                    "ORDER BY s.id",
+                    {"id": store_id},
+                )
+            ]
+            if active:
+                raise Conflict(
+                    f"memory store {store_id!r} is attached to active session(s) "
+                    f"{', '.join(active)}: end them first"
+                )
+            for table in ("session_attachments", "memory_versions", "memories", "directories"):
+                tx.run(f"DELETE FROM {table} WHERE store_id = :id", {"id": store_id})
+            tx.run("DELETE FROM memory_stores WHERE id = :id", {"id": store_id})
+            _purge_search_index(tx)
+
+        self._write(run)
+        self._clear_wal()
