@@ -1,0 +1,362 @@
+"""Open files and their buffers, and when a buffer becomes a version: the save policy and
+the rules for temporary files (see ``core.py`` for the whole story).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import time
+from collections.abc import Iterator
+
+from mnemofs import limits
+from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.fs.nodes import (
+    CONTENT_CACHE_ENTRIES,
+    TEMP_GRACE_S,
+    FsError,
+    Handle,
+    Invalidation,
+    Node,
+    OpenFile,
+    StoreMount,
+    _now_ns,
+)
+from mnemofs.fs.tree import TreeBase
+from mnemofs.paths import TEMP_NAME
+from mnemofs.store import decode_content
+
+
+class FilesMixin(TreeBase):
+    """Open files and their buffers, and when a buffer becomes a version: the save policy and"""
+
+    def _content_of(self, node: Node) -> bytes:
+        """A file's saved bytes, from the cache or the store."""
+        cached = self._content.get(node.ino)
+        if cached is not None:
+            self._content.move_to_end(node.ino)
+            return cached
+        if node.memory_id is None or node.mount is None:
+            return b""
+        try:
+            memory = self.service.get_memory(node.mount.store_id, node.memory_id)
+        except NotFound:
+            raise FsError(errno.ENOENT, f"{self.path(node)!r} was deleted meanwhile") from None
+        data = (memory.content or "").encode()
+        self._cache(node, data)
+        return data
+
+    def _cache(self, node: Node, data: bytes) -> None:
+        self._content[node.ino] = data
+        self._content.move_to_end(node.ino)
+        while len(self._content) > CONTENT_CACHE_ENTRIES:
+            self._content.popitem(last=False)
+
+    @staticmethod
+    def _drop_clean_buffer(node: Node) -> None:
+        """Let go of a buffer that no descriptor has open and that holds nothing unsaved (the
+        saved bytes live on in the content cache)."""
+        if node.file is not None and node.file.opens == 0 and not node.file.dirty:
+            node.file = None
+
+    def _new_handle(self, node: Node, writable: bool, append: bool = False) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self.handles[fh] = Handle(node, writable, append=append)
+        return fh
+
+    def _handle(self, fh: int) -> Handle:
+        try:
+            return self.handles[fh]
+        except KeyError:
+            raise FsError(errno.EBADF, f"no open file {fh}") from None
+
+    def create(
+        self,
+        parent_ino: int,
+        name: str,
+        *,
+        exclusive: bool = True,
+        truncate: bool = False,
+        append: bool = False,
+    ) -> tuple[Node, int]:
+        """open(O_CREAT). The kernel asks only when it believes ``name`` absent, but another
+        mount may have made it since: without O_EXCL that is an open of the file it made."""
+        parent = self.node(parent_ino)
+        mount = self._writable(parent, "create")
+        self._check_new_path(parent, name)
+        existing = parent.children.get(name)
+        if existing is not None:
+            if exclusive:
+                raise FsError(errno.EEXIST, f"{name!r} exists")
+            fh = self.open(existing.ino, write=True, truncate=truncate, append=append)
+            existing.lookups += 1
+            return existing, fh
+        temporary = bool(TEMP_NAME.match(name))
+        if not temporary and self._store_full(mount):
+            raise FsError(
+                errno.ENOSPC,
+                f"store {mount.name!r} holds {limits.MAX_MEMORIES_PER_STORE} memories, the limit",
+            )
+        node = self._new_node(name, parent, False)
+        node.temporary = temporary
+        node.born = node.temp_since = time.monotonic()
+        node.file = OpenFile(bytearray(), dirty=True, opens=1)
+        node.lookups += 1
+        return node, self._new_handle(node, True, append)
+
+    @staticmethod
+    def _store_full(mount: StoreMount) -> bool:
+        """By the count last seen: a create that races another mount is refused by the store
+        at its save (ENOSPC at close) instead. A store that evicts is never full."""
+        return not mount.evicts and mount.count >= limits.MAX_MEMORIES_PER_STORE
+
+    def keep_pages(self, ino: int) -> bool:
+        """May the kernel keep its page cache for this open (see ``Node.stale_pages``)?"""
+        node = self.node(ino)
+        keep = not node.stale_pages
+        node.stale_pages = False
+        return keep
+
+    def open(self, ino: int, *, write: bool, truncate: bool, append: bool = False) -> int:
+        node = self.node(ino)
+        if node.is_dir:
+            raise FsError(errno.EISDIR, f"{node.name!r} is a directory")
+        if write or truncate:
+            self._writable(node, "open for writing")
+        if node.file is None:
+            node.file = OpenFile(bytearray(self._content_of(node)))
+        if node.memory_id is not None and node.mount is not None:  # for 'evict-lru'
+            self.service.note_access(node.mount.store_id, node.memory_id)
+        node.file.opens += 1
+        if truncate and node.file.data:
+            node.file.data.clear()
+            node.file.dirty = True
+            node.mtime_ns = node.ctime_ns = _now_ns()
+        return self._new_handle(node, write or truncate, append and write)
+
+    def read(self, fh: int, offset: int, size: int) -> bytes:
+        node = self._handle(fh).node
+        assert node.file is not None
+        return bytes(node.file.data[offset : offset + size])
+
+    def write(self, fh: int, offset: int, data: bytes) -> int:
+        handle = self._handle(fh)
+        node = handle.node
+        if not handle.writable:
+            raise FsError(errno.EBADF, "file not open for writing")
+        self._writable(node, "write")
+        assert node.file is not None
+        buf = node.file.data
+        if handle.append and offset != len(buf):
+            offset = len(buf)
+            node.stale_pages = True  # the kernel cached these bytes at its own offset
+        end = offset + len(data)
+        if end > limits.MAX_CONTENT_BYTES:
+            node.file.failed = errno.EFBIG
+            node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
+            raise FsError(
+                errno.EFBIG,
+                f"{self.path(node)!r} would be {end} bytes, over {limits.MAX_CONTENT_BYTES}",
+            )
+        if offset > len(buf):
+            buf.extend(b"\0" * (offset - len(buf)))
+        buf[offset:end] = data
+        node.file.dirty = True
+        handle.wrote = True
+        node.mtime_ns = node.ctime_ns = _now_ns()
+        return len(data)
+
+    def flush(self, fh: int) -> None:
+        """A close(). Saves what this descriptor wrote. One that only created or truncated the
+        file saves at release instead: a shell's ``> f`` closes a dup'ed descriptor before
+        anything is written, and saving then would make an extra, empty version."""
+        handle = self._handle(fh)
+        if handle.wrote:
+            self.save(handle.node)
+
+    def release(self, fh: int) -> None:
+        handle = self.handles.pop(fh, None)
+        if handle is None or handle.node.file is None:
+            return
+        node = handle.node
+        of: OpenFile = handle.node.file
+        of.opens -= 1
+        if of.opens > 0 and not handle.writable:
+            return
+        try:
+            self.save(node)
+        finally:
+            if of.opens == 0 and node.temporary:
+                node.temp_since = time.monotonic()  # left alone from now: see TEMP_GRACE_S
+            elif of.opens == 0 and node.file is not None and not node.file.dirty:
+                if not node.file.unknown:
+                    self._cache(node, bytes(node.file.data))
+                self._drop_clean_buffer(node)
+            if node.unlinked and of.opens == 0:
+                node.file = None
+                self._forget_node(node)
+
+    def save(self, node: Node) -> None:
+        """Save a dirty buffer as one version (see the module docstring for what may fail)."""
+        of = node.file
+        if of is None or not of.dirty or node.unlinked or node.temporary or node.mount is None:
+            return
+        mount = node.mount
+        path = self.path(node)
+        try:
+            if not mount.writable:
+                raise FsError(errno.EROFS, f"store {mount.name!r} is not writable")
+            if of.failed:
+                raise FsError(of.failed, f"{path!r}: an earlier write failed; not saved")
+            data = bytes(of.data)
+            if node.memory_id is not None and hashlib.sha256(data).hexdigest() == node.sha256:
+                of.dirty = False  # identical content: no version
+                return
+            memory, created = self.service.save_file(
+                mount.store_id, path, decode_content(data), memory_id=node.memory_id,
+                actor=self.actor,
+            )  # fmt: skip
+            if created:
+                mount.count += 1
+        except (MnemofsError, FsError):
+            self._undo_failed_save(node)
+            raise
+        of.dirty = of.unknown = False
+        self._apply_memory(node, memory)
+        self._cache(node, bytes(of.data))
+
+    def _undo_failed_save(self, node: Node) -> None:
+        assert node.file is not None
+        node.stale_pages = True
+        node.file.dirty = False
+        node.file.failed = 0
+        if node.memory_id is None:
+            node.file.data.clear()
+            if node.parent is not None:
+                self.vanished.append(Invalidation("entry", node.parent.ino, node.name))
+            self._detach(node)
+            return
+        saved = self._content.get(node.ino)  # the cache only ever holds saved content
+        if saved is None:
+            try:
+                saved = self._content_of(node)
+            except (FsError, MnemofsError):  # deleted meanwhile, or the database is gone
+                node.file.unknown = True  # not what is saved: never cache it at release
+        node.file.data[:] = saved or b""
+
+    def fsync(self, fh: int) -> None:
+        self.save(self._handle(fh).node)
+
+    def setattr(
+        self,
+        ino: int,
+        *,
+        size: int | None = None,
+        mtime_ns: int | None = None,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        owner: tuple[int, int] = (0, 0),
+        fh: int | None = None,
+    ) -> Node:
+        node = self.node(ino)
+        handle = self.handles.get(fh) if fh is not None else None
+        if (uid is not None and uid != owner[0]) or (gid is not None and gid != owner[1]):
+            raise FsError(errno.EPERM, "files in a memory store cannot change owner")
+        if size is None and mtime_ns is None and mode is None:
+            return node
+        self._writable(node, "setattr")
+        if size is not None:
+            if node.is_dir:
+                raise FsError(errno.EISDIR, f"{node.name!r} is a directory")
+            if size > limits.MAX_CONTENT_BYTES:
+                raise FsError(errno.EFBIG, f"size {size} is over {limits.MAX_CONTENT_BYTES}")
+            opened = node.file is not None
+            if node.file is None:
+                node.file = OpenFile(bytearray(self._content_of(node)))
+            buf = node.file.data
+            if size != len(buf):
+                if size < len(buf):
+                    del buf[size:]
+                else:
+                    buf.extend(b"\0" * (size - len(buf)))
+                node.file.dirty = True
+                if handle is not None:
+                    handle.wrote = True  # ftruncate: saved at this descriptor's close
+            node.mtime_ns = node.ctime_ns = _now_ns()
+            if not opened:  # truncate(2) on a path: that is a save of its own
+                try:
+                    self.save(node)
+                finally:
+                    self._drop_clean_buffer(node)
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
+            node.ctime_ns = _now_ns()
+            if node.file is not None and node.file.dirty:
+                self.save(node)  # touch, cp -p, tar: setting times ends a save
+        return node
+
+    def save_all(self, under: Node | None = None) -> list[tuple[str, Exception]]:
+        """Save every dirty file (under ``under``); temporary files become memories."""
+        failures: list[tuple[str, Exception]] = []
+        for node in list(self.nodes.values()):
+            if node.is_dir or node.file is None or not node.file.dirty or node.unlinked:
+                continue
+            if under is not None and not self._is_under(node, under):
+                continue
+            node.temporary = False
+            try:
+                self.save(node)
+            except (MnemofsError, FsError) as exc:
+                failures.append((self.path(node), exc))
+        return failures
+
+    @staticmethod
+    def _is_under(node: Node, ancestor: Node) -> bool:
+        walk: Node | None = node
+        while walk is not None:
+            if walk is ancestor:
+                return True
+            walk = walk.parent
+        return False
+
+    def promote_temporaries(self, now: float | None = None) -> None:
+        """Save temp-named files left alone for ``TEMP_GRACE_S`` as ordinary memories."""
+        now = time.monotonic() if now is None else now
+        if self.service.unavailable is not None:
+            return  # a failed save would drop them; they wait for the database
+        for node in list(self.nodes.values()):
+            if not node.temporary or node.unlinked or node.file is None or node.file.opens:
+                continue
+            if now - node.temp_since < TEMP_GRACE_S:
+                continue
+            if node.mount is not None and self._store_full(node.mount):
+                continue  # still not counted; tried again later
+            node.temporary = False
+            try:
+                self.save(node)
+            except (MnemofsError, FsError):
+                continue
+            self._drop_clean_buffer(node)
+
+    def statfs(self) -> tuple[int, int, int, int]:
+        """(blocks, free blocks, files, free files) in 4 KiB blocks, from the store limits."""
+        per_store_blocks = limits.MAX_MEMORIES_PER_STORE * limits.MAX_CONTENT_BYTES // 4096
+        blocks = files = free_files = used_bytes = 0
+        for mount in self.mounts:
+            sizes = [n.current_size for n in self._files(mount.root)]
+            blocks += per_store_blocks
+            files += limits.MAX_MEMORIES_PER_STORE
+            free_files += max(0, limits.MAX_MEMORIES_PER_STORE - len(sizes))
+            used_bytes += sum(sizes)
+        return blocks, max(0, blocks - used_bytes // 4096), files, free_files
+
+    def _files(self, node: Node | None) -> Iterator[Node]:
+        if node is None:
+            return
+        for child in node.children.values():
+            if child.is_dir:
+                yield from self._files(child)
+            elif not child.temporary:
+                yield child

@@ -1,0 +1,170 @@
+"""Directories and names: mkdir, rmdir, unlink, and renames (over a target, of a directory)."""
+
+from __future__ import annotations
+
+import errno
+import time
+from contextlib import suppress
+
+from mnemofs.errors import NotFound
+from mnemofs.fs.files import FilesMixin
+from mnemofs.fs.nodes import (
+    FOLD_WINDOW_S,
+    FsError,
+    Node,
+    StoreMount,
+    _now_ns,
+)
+from mnemofs.paths import TEMP_NAME
+from mnemofs.store import decode_content
+
+
+class NamesMixin(FilesMixin):
+    """Directories and names: mkdir, rmdir, unlink, and renames (over a target, of a directory)."""
+
+    def mkdir(self, parent_ino: int, name: str) -> Node:
+        parent = self.node(parent_ino)
+        mount = self._writable(parent, "mkdir")
+        path = self._check_new_path(parent, name)
+        if name in parent.children:
+            raise FsError(errno.EEXIST, f"{name!r} exists")
+        self.service.make_directory(mount.store_id, path)
+        node = self._new_node(name, parent, True)
+        node.lookups += 1
+        return node
+
+    def rmdir(self, parent_ino: int, name: str) -> None:
+        parent = self.node(parent_ino)
+        node = self.child(parent, name)
+        mount = self._writable(parent, "remove")
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR, f"{name!r} is not a directory")
+        if node.children:
+            raise FsError(errno.ENOTEMPTY, f"{name!r} is not empty")
+        with suppress(NotFound):  # only this mount still showed it
+            self.service.remove_directory(mount.store_id, self.path(node))
+        self._detach(node)
+
+    def unlink(self, parent_ino: int, name: str) -> None:
+        parent = self.node(parent_ino)
+        node = self.child(parent, name)
+        mount = self._writable(parent, "remove")
+        if node.is_dir:
+            raise FsError(errno.EISDIR, f"{name!r} is a directory")
+        if node.memory_id is not None:
+            with suppress(NotFound):  # deleted elsewhere meanwhile
+                self.service.delete_memory(
+                    mount.store_id, node.memory_id, actor=self.actor, keep_directory=True
+                )
+                mount.count -= 1
+        self._detach(node)
+
+    def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
+               *, noreplace: bool = False) -> None:  # fmt: skip
+        src_dir, dst_dir = self.node(old_parent), self.node(new_parent)
+        node = self.child(src_dir, old_name)
+        mount = self._writable(src_dir, "rename")
+        dst_mount = self._writable(dst_dir, "rename into")
+        if dst_dir is self.root:
+            raise FsError(errno.EROFS, "rename: the mount root is read-only")
+        if dst_mount is not mount:
+            raise FsError(errno.EXDEV, "rename across memory stores")
+        new_path = self._check_new_path(dst_dir, new_name)
+        target = dst_dir.children.get(new_name)
+        if target is node:
+            return
+        if target is not None and noreplace:
+            raise FsError(errno.EEXIST, f"{new_name!r} exists")
+        if node.is_dir:
+            self._rename_dir(mount, node, dst_dir, new_name, new_path, target)
+        elif target is not None:
+            if target.is_dir:
+                raise FsError(errno.EISDIR, f"{new_name!r} is a directory")
+            self._rename_over(mount, node, target)
+        else:
+            self._rename_file(mount, node, dst_dir, new_name, new_path)
+
+    def _move(self, node: Node, dst_dir: Node, new_name: str) -> None:
+        assert node.parent is not None
+        del node.parent.children[node.name]
+        node.parent = dst_dir
+        node.name = new_name
+        dst_dir.children[new_name] = node
+        node.ctime_ns = _now_ns()
+
+    def _rename_file(
+        self, mount: StoreMount, node: Node, dst_dir: Node, new_name: str, new_path: str
+    ) -> None:
+        if node.memory_id is not None:
+            memory = self.service.update_memory(
+                mount.store_id, node.memory_id, path=new_path, actor=self.actor,
+                keep_directory=True,
+            )  # fmt: skip
+            self._apply_memory(node, memory)
+        self._move(node, dst_dir, new_name)
+        if node.temporary and not TEMP_NAME.match(new_name):
+            node.temporary = False  # a real name now: save it like any file
+            if node.file is not None and node.file.opens == 0:
+                try:
+                    self.save(node)
+                finally:
+                    self._drop_clean_buffer(node)
+
+    def _rename_over(self, mount: StoreMount, node: Node, target: Node) -> None:
+        """``rename(node, target)``: the target keeps its id and takes node's content."""
+        if target.memory_id is None:  # the target was never saved: plain replace
+            self._detach(target)
+            self._rename_file(mount, node, target.parent or self.root, target.name,
+                              self.path(target))  # fmt: skip
+            return
+        self.save(node)  # an open, dirty source is saved first (temporary ones are not)
+        data = bytes(node.file.data) if node.file is not None else self._content_of(node)
+        if node.memory_id is not None:
+            fold = bool(node.born) and time.monotonic() - node.born < FOLD_WINDOW_S
+            memory = self.service.rename_over(
+                mount.store_id, node.memory_id, target.memory_id, actor=self.actor, fold=fold
+            )
+            mount.count -= 1
+        else:
+            memory = self.service.update_memory(
+                mount.store_id, target.memory_id, content=decode_content(data), actor=self.actor
+            )
+        # As on any filesystem, the source's inode now lives under the target's name (that is
+        # what the kernel's caches already say); it carries the target's memory from here on.
+        dst_dir = target.parent or self.root
+        self._detach(target)
+        self._move(node, dst_dir, target.name)
+        self._apply_memory(node, memory)
+        node.born = 0.0  # an old memory now: never folded into another
+        if node.file is not None:
+            node.file.dirty = False
+            self._drop_clean_buffer(node)
+        self._cache(node, data)
+
+    def _rename_dir(
+        self,
+        mount: StoreMount,
+        node: Node,
+        dst_dir: Node,
+        new_name: str,
+        new_path: str,
+        target: Node | None,
+    ) -> None:
+        if node is mount.root:
+            raise FsError(errno.EROFS, "a store's directory cannot be renamed")
+        walk: Node | None = dst_dir
+        while walk is not None:
+            if walk is node:
+                raise FsError(errno.EINVAL, "cannot move a directory into itself")
+            walk = walk.parent
+        if target is not None:
+            if not target.is_dir:
+                raise FsError(errno.ENOTDIR, f"{new_name!r} is not a directory")
+            if target.children:
+                raise FsError(errno.ENOTEMPTY, f"{new_name!r} is not empty")
+        self.save_all(under=node)
+        with suppress(NotFound):  # nothing under it was saved yet
+            self.service.move_directory(mount.store_id, self.path(node), new_path, actor=self.actor)
+        if target is not None:
+            self._detach(target)
+        self._move(node, dst_dir, new_name)

@@ -1,0 +1,120 @@
+"""The filesystem's data: nodes, open files, handles, the mounted stores, refusals with an errno."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from mnemofs.models import StoreId
+
+ROOT_INO = 1
+
+
+TEMP_GRACE_S = 2.0
+
+
+FOLD_WINDOW_S = 300.0
+
+
+CONTENT_CACHE_ENTRIES = 4096
+
+
+class FsError(Exception):
+    """A POSIX refusal the store has no word for (ENOTDIR, EXDEV, EROFS...)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = code
+        self.message = message
+
+
+@dataclass(eq=False)
+class StoreMount:
+    """One attached store: where it is in the tree and what the mount may do with it."""
+
+    store_id: StoreId
+    slug: str
+    name: str
+    access: Literal["read_write", "read_only"]
+    archived: bool
+    evicts: bool = False  # 'evict-lru': a create in a full store evicts instead of ENOSPC
+    revision: int = -1
+    last_seq: int = 0
+    count: int = 0  # memories in the store, as last seen (the store itself has the last word)
+    root: Node | None = None
+
+    @property
+    def writable(self) -> bool:
+        return self.access == "read_write" and not self.archived
+
+
+@dataclass(eq=False)
+class OpenFile:
+    """The bytes of a file while any descriptor has it open (or it is unsaved)."""
+
+    data: bytearray
+    dirty: bool = False
+    opens: int = 0
+    failed: int = 0  # an errno a write hit (EFBIG): the next save refuses and rolls back
+    unknown: bool = False  # a failed save could not reload the saved bytes: do not cache these
+
+
+@dataclass(eq=False)
+class Node:
+    ino: int
+    name: str
+    parent: Node | None
+    is_dir: bool
+    mount: StoreMount | None  # None for the mount root
+    mtime_ns: int
+    ctime_ns: int
+    children: dict[str, Node] = field(default_factory=dict)
+    memory_id: str | None = None
+    version_id: str | None = None
+    sha256: str | None = None
+    size: int = 0
+    lookups: int = 0
+    file: OpenFile | None = None
+    temporary: bool = False  # a temp-named file kept in memory (see the module docstring)
+    temp_since: float = 0.0
+    born: float = 0.0  # when this mount created it (0: it came from the store)
+    unlinked: bool = False
+    # The kernel's page cache for this file may hold bytes that are not the saved content (a
+    # save failed and was rolled back, or it changed elsewhere): the next open drops it.
+    stale_pages: bool = False
+
+    @property
+    def current_size(self) -> int:
+        return len(self.file.data) if self.file is not None else self.size
+
+
+@dataclass(eq=False)
+class Handle:
+    """One open file description (shared by dup'ed descriptors, so one FLUSH per close)."""
+
+    node: Node
+    writable: bool
+    wrote: bool = False
+    # O_APPEND: every write lands at the end of the buffer as it is now. The kernel's offset is
+    # its own idea of the size, which another descriptor's O_TRUNC open may have made stale
+    # before this write reached us (an append there would leave a run of NUL bytes).
+    append: bool = False
+
+
+@dataclass(frozen=True)
+class Invalidation:
+    """A kernel cache entry to drop after the store changed under the mount."""
+
+    kind: Literal["inode", "entry"]
+    ino: int
+    name: str = ""
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _ns(timestamp: str) -> int:
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1e9)

@@ -1,0 +1,111 @@
+"""Catching up with changes made elsewhere (another mount, the CLI, the API): which nodes
+change and which kernel caches to drop.
+"""
+
+from __future__ import annotations
+
+from mnemofs.errors import NotFound
+from mnemofs.fs.files import FilesMixin
+from mnemofs.fs.nodes import (
+    Invalidation,
+    StoreMount,
+)
+from mnemofs.models import Change, Memory
+
+
+class RefreshMixin(FilesMixin):
+    """Catching up with changes made elsewhere (another mount, the CLI, the API): which nodes"""
+
+    def refresh(self) -> list[Invalidation]:
+        """Bring the tree up to date with the store; say which kernel caches to drop."""
+        states = self.service.store_states([m.store_id for m in self.mounts])
+        out: list[Invalidation] = []
+        for mount in self.mounts:
+            state = states.get(mount.store_id)
+            if state is None or state.revision == mount.revision:
+                continue
+            mount.revision = state.revision
+            mount.archived = state.archived_at is not None
+            mount.count = state.memory_count
+            if mount.root is not None:
+                out.append(Invalidation("inode", mount.root.ino))
+            latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
+            for change in self.service.changes(mount.store_id, mount.last_seq, limit=100_000):
+                mount.last_seq = change.seq
+                latest.pop(change.version.memory_id, None)
+                latest[change.version.memory_id] = change
+            for memory_id, change in latest.items():
+                if not self._knows(change):
+                    out += self._apply_change(mount, memory_id)
+            out += self._sync_directories(mount)
+        return out
+
+    def _knows(self, change: Change) -> bool:
+        """Is ``change`` one of ours that the tree already shows? (A save whose commit outcome
+        was unknown, or another mount of this same session, makes ours that it does not.)"""
+        version = change.version
+        if version.actor != self.actor:
+            return False
+        node = self.by_memory.get(version.memory_id)
+        if node is None:
+            return version.operation == "deleted"
+        return node.version_id == version.id
+
+    def _apply_change(self, mount: StoreMount, memory_id: str) -> list[Invalidation]:
+        out: list[Invalidation] = []
+        node = self.by_memory.get(memory_id)
+        try:
+            memory: Memory | None = self.service.get_memory(
+                mount.store_id, memory_id, count_access=False
+            )
+        except NotFound:
+            memory = None
+        if node is not None and node.file is not None and node.file.dirty:
+            return out  # our unsaved edit wins at its save (last commit is the head)
+        if node is not None and (memory is None or self.path(node) != memory.path):
+            assert node.parent is not None
+            out.append(Invalidation("entry", node.parent.ino, node.name))
+            self._detach(node)
+            if memory is not None:
+                node = None
+        if memory is None:
+            return out
+        if node is None:
+            existing = self._lookup_path(mount, memory.path)
+            if (
+                existing is not None
+                and not existing.is_dir
+                and existing.file is not None
+                and (existing.memory_id is None or existing.file.dirty)
+            ):
+                # Our own file at that path is open or unsaved: it becomes that memory, and our
+                # content wins at its save (the last commit is the head; nothing is lost).
+                self._apply_memory(existing, memory)
+                return out
+            if existing is not None:
+                out.append(Invalidation("entry", existing.parent.ino, existing.name))  # type: ignore[union-attr]
+                self._detach(existing)
+            node = self._place(mount, memory)
+            assert node.parent is not None
+            out.append(Invalidation("entry", node.parent.ino, node.name))
+        else:
+            self._apply_memory(node, memory)
+        content = (memory.content or "").encode()
+        node.stale_pages = True
+        self._cache(node, content)
+        if node.file is not None:
+            node.file.data[:] = content
+            node.file.unknown = False
+        out.append(Invalidation("inode", node.ino))
+        return out
+
+    def _sync_directories(self, mount: StoreMount) -> list[Invalidation]:
+        """Show directories made elsewhere (mkdir through another mount). Directories removed
+        elsewhere stay until this mount's rmdir or remount (they are empty by then)."""
+        out: list[Invalidation] = []
+        for prefix in self.service.explicit_directories(mount.store_id):
+            if self._lookup_path(mount, prefix) is None:
+                node = self._ensure_dir(mount, prefix.strip("/"))
+                assert node.parent is not None
+                out.append(Invalidation("entry", node.parent.ino, node.name))
+        return out

@@ -1,0 +1,201 @@
+"""The inode tree of a mounted session: nodes by inode and by memory, lookups, permissions."""
+
+from __future__ import annotations
+
+import errno
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from mnemofs import limits
+from mnemofs.fs.nodes import (
+    ROOT_INO,
+    FsError,
+    Handle,
+    Invalidation,
+    Node,
+    StoreMount,
+    _now_ns,
+    _ns,
+)
+from mnemofs.models import Memory, Session
+from mnemofs.paths import validate_path
+from mnemofs.store import MemoryService
+
+
+class TreeBase:
+    """The inode tree of a mounted session: nodes by inode and by memory, lookups, permissions."""
+
+    def __init__(self, service: MemoryService, session: Session, *, actor: str) -> None:
+        self.service = service
+        self.session = session
+        self.actor = actor
+        self.nodes: dict[int, Node] = {}
+        self.handles: dict[int, Handle] = {}
+        self.by_memory: dict[str, Node] = {}  # memory id -> its node, for changes from elsewhere
+        # Names that vanished without the kernel's doing (a new file whose first save failed):
+        # the adapter tells the kernel to forget them.
+        self.vanished: list[Invalidation] = []
+        self._next_ino = ROOT_INO + 1
+        self._next_fh = 1
+        self._content: OrderedDict[int, bytes] = OrderedDict()
+        now = _now_ns()
+        self.root = Node(ROOT_INO, "", None, True, None, now, now)
+        self.nodes[ROOT_INO] = self.root
+        self.mounts: list[StoreMount] = []
+        for attachment in session.resources:
+            slug = attachment.mount_path.rsplit("/", 1)[-1]
+            mount = StoreMount(
+                attachment.memory_store_id, slug, attachment.name, attachment.access, False,
+                evicts=attachment.on_full == "evict-lru",
+            )  # fmt: skip
+            self.mounts.append(mount)
+            self._load(mount)
+
+    def _new_node(self, name: str, parent: Node, is_dir: bool, mtime_ns: int | None = None) -> Node:
+        now = _now_ns() if mtime_ns is None else mtime_ns
+        node = Node(self._next_ino, name, parent, is_dir, parent.mount, now, now)
+        self._next_ino += 1
+        self.nodes[node.ino] = node
+        parent.children[name] = node
+        return node
+
+    def _load(self, mount: StoreMount) -> None:
+        """Build (or rebuild) a store's subtree from a snapshot of the store."""
+        snap = self.service.snapshot(mount.store_id)
+        mount.revision = snap.revision
+        mount.last_seq = snap.last_seq
+        mount.archived = snap.store.archived_at is not None
+        mount.count = snap.store.memory_count
+        now = _now_ns()
+        root = Node(self._next_ino, mount.slug, self.root, True, mount, now, now)
+        self._next_ino += 1
+        self.nodes[root.ino] = root
+        self.root.children[mount.slug] = root
+        mount.root = root
+        for prefix in snap.directories:
+            self._ensure_dir(mount, prefix.strip("/"))
+        for memory in snap.memories:
+            self._place(mount, memory)
+
+    def _ensure_dir(self, mount: StoreMount, rel: str) -> Node:
+        assert mount.root is not None
+        node = mount.root
+        for part in [p for p in rel.split("/") if p]:
+            child = node.children.get(part)
+            if child is None:
+                child = self._new_node(part, node, True)
+            node = child
+        return node
+
+    def _place(self, mount: StoreMount, memory: Memory) -> Node:
+        parent_rel, _, name = memory.path[1:].rpartition("/")
+        parent = self._ensure_dir(mount, parent_rel)
+        node = self._new_node(name, parent, False, _ns(memory.updated_at))
+        self._apply_memory(node, memory)
+        return node
+
+    def _apply_memory(self, node: Node, memory: Memory) -> None:
+        if node.memory_id is not None and node.memory_id != memory.id:
+            self.by_memory.pop(node.memory_id, None)
+        self.by_memory[memory.id] = node
+        node.memory_id = memory.id
+        node.version_id = memory.version_id
+        node.sha256 = memory.content_sha256
+        node.size = memory.size_bytes
+        node.temporary = False
+        mtime = _ns(memory.updated_at)
+        node.mtime_ns = node.ctime_ns = mtime
+
+    def path(self, node: Node) -> str:
+        """The store path of a node inside a store (``/a/b.md``)."""
+        parts: list[str] = []
+        while node.parent is not None and node.parent is not self.root:
+            parts.append(node.name)
+            node = node.parent
+        return "/" + "/".join(reversed(parts))
+
+    def node(self, ino: int) -> Node:
+        try:
+            return self.nodes[ino]
+        except KeyError:
+            raise FsError(errno.ENOENT, f"no inode {ino}") from None
+
+    def child(self, parent: Node, name: str) -> Node:
+        if not parent.is_dir:
+            raise FsError(errno.ENOTDIR, f"{parent.name!r} is not a directory")
+        try:
+            return parent.children[name]
+        except KeyError:
+            raise FsError(errno.ENOENT, f"no entry {name!r}") from None
+
+    def _forget_node(self, node: Node) -> None:
+        """Drop a node that left the tree once the kernel and open files let go of it."""
+        if node.lookups <= 0 and node.file is None and node.ino != ROOT_INO:
+            self.nodes.pop(node.ino, None)
+            self._content.pop(node.ino, None)
+
+    def _detach(self, node: Node) -> None:
+        if node.parent is not None and node.parent.children.get(node.name) is node:
+            del node.parent.children[node.name]
+        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
+            del self.by_memory[node.memory_id]
+        node.unlinked = True
+        self._forget_node(node)
+
+    def forget(self, ino: int, count: int) -> None:
+        node = self.nodes.get(ino)
+        if node is None:
+            return
+        node.lookups -= count
+        if node.unlinked:
+            self._forget_node(node)
+
+    def lookup(self, parent_ino: int, name: str) -> Node:
+        node = self.child(self.node(parent_ino), name)
+        node.lookups += 1
+        return node
+
+    def readdir(self, ino: int, after: int) -> Iterator[tuple[str, Node]]:
+        """Entries in inode order past ``after``: offsets stay valid while entries change."""
+        parent = self.node(ino)
+        if not parent.is_dir:
+            raise FsError(errno.ENOTDIR, f"{parent.name!r} is not a directory")
+        for node in sorted(parent.children.values(), key=lambda n: n.ino):
+            if node.ino > after:
+                yield node.name, node
+
+    def _lookup_path(self, mount: StoreMount, path: str) -> Node | None:
+        node = mount.root
+        for part in path.strip("/").split("/"):
+            if node is None:
+                return None
+            node = node.children.get(part)
+        return node
+
+    def check_write(self, ino: int, what: str, *, allowed: bool) -> None:
+        """May the caller change ``ino`` (or entries in it)? A read-only store or the root says
+        EROFS to everyone, first, as a read-only filesystem does; then a caller the mount's
+        access rules do not allow (``allowed``, see ``fs/access.py``) gets EACCES."""
+        self._writable(self.node(ino), what)
+        if not allowed:
+            raise FsError(errno.EACCES, f"{what}: this user may not use the mount")
+
+    def _writable(self, node: Node, what: str) -> StoreMount:
+        mount = node.mount
+        if mount is None:
+            raise FsError(errno.EROFS, f"{what}: the mount root is read-only")
+        if not mount.writable:
+            state = "archived" if mount.archived else "read_only"
+            raise FsError(errno.EROFS, f"{what}: store {mount.name!r} is {state}")
+        return mount
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        if len(name.encode()) > limits.MAX_SEGMENT_BYTES:
+            raise FsError(errno.ENAMETOOLONG, f"name {name[:40]!r}... is too long")
+
+    def _check_new_path(self, parent: Node, name: str) -> str:
+        self._check_name(name)
+        path = (self.path(parent).rstrip("/") + "/" + name) if parent.mount else "/" + name
+        validate_path(path)
+        return path
