@@ -16,14 +16,14 @@ import time
 
 import click
 
+from mnemofs import mounts
 from mnemofs.errors import NotFound
-from mnemofs.fs import mount
-from mnemofs.fs.mount import MountOptions
+from mnemofs.models import Session
+from mnemofs.mounts import MountOptions
 from mnemofs.private import open_private_log
+from mnemofs.store import MemoryService
 
 __all__ = ["MountOptions", "serve_foreground", "start_background", "stop"]
-from mnemofs.models import Session
-from mnemofs.store import MemoryService
 
 STOP_TIMEOUT_S = 60.0
 
@@ -44,6 +44,8 @@ def serve_foreground(
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
 
+    from mnemofs.fs import mount  # pyfuse3 and trio: only a serving process loads them
+
     try:
         mount.serve(service, session, options, ready=ready)
     except mount.MountError as exc:
@@ -51,7 +53,7 @@ def serve_foreground(
 
 
 def start_background(db: str | None, session: Session, options: MountOptions) -> None:
-    log_path = mount.state_dir() / (mount.record_path(options.root).stem + ".log")
+    log_path = mounts.state_dir() / (mounts.record_path(options.root).stem + ".log")
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", "mnemofs"]
     if db:
@@ -84,17 +86,17 @@ def start_background(db: str | None, session: Session, options: MountOptions) ->
 
 def stop(root: str) -> None:
     """SIGTERM the daemon serving ``root`` and wait for it; else lazily unmount what is left."""
-    record = mount.read_record(root)
+    record = mounts.read_record(root)
     pid = record.get("pid") if record else None
-    if isinstance(pid, int) and mount.pid_alive(pid):
+    if isinstance(pid, int) and mounts.pid_alive(pid):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while mount.pid_alive(pid) and time.monotonic() < deadline:
+        while mounts.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if mount.pid_alive(pid):
+        if mounts.pid_alive(pid):
             raise click.ClickException(f"daemon {pid} did not stop within {STOP_TIMEOUT_S:.0f} s")
         return
-    if mount.mount_type(root) == "fuse.mnemofs":  # a dead daemon's mount; leave any other
-        mount.lazy_unmount(root)
+    if mounts.mount_type(root) == "fuse.mnemofs":  # a dead daemon's mount; leave any other
+        mounts.lazy_unmount(root)
         return
     raise NotFound(f"nothing is mounted at {root}")

@@ -7,18 +7,12 @@ file before the kernel lets go of the mount.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import json
 import logging
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from hashlib import sha1
-from pathlib import Path
+from collections.abc import Callable
 
 import pyfuse3
 import trio
@@ -29,7 +23,15 @@ from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import Invalidation, MemoryFs
 from mnemofs.inotify import FileWatch
 from mnemofs.models import Session
-from mnemofs.private import private_dir, write_private
+from mnemofs.mounts import (
+    MountOptions,
+    lazy_unmount,
+    mount_type,
+    pid_alive,
+    read_record,
+    record_path,
+    write_record,
+)
 from mnemofs.store import Listener, MemoryService
 
 log = logging.getLogger("mnemofs.mount")
@@ -56,66 +58,6 @@ class MountError(Exception):
     """The mount could not be made (busy root, missing FUSE, ...)."""
 
 
-@dataclass(frozen=True)
-class MountOptions:
-    root: str
-    allow_other: bool = False
-    uid: int | None = None
-    gid: int | None = None
-    debug: bool = False
-    group_access: bool = False  # members of gid share the owner's access (modes 0660/0770)
-
-
-def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "mnemofs" / "mounts"
-
-
-def record_path(root: str) -> Path:
-    """Where the daemon serving ``root`` writes its pid (so ``mnemofs umount`` can find it)."""
-    key = sha1(os.path.realpath(root).encode(), usedforsecurity=False).hexdigest()[:16]
-    return state_dir() / f"{key}.json"
-
-
-def read_record(root: str) -> dict[str, object] | None:
-    try:
-        data = json.loads(record_path(root).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def mount_type(root: str) -> str | None:
-    """The filesystem type of the topmost mount at ``root`` (``fuse.mnemofs`` for ours), or
-    None if nothing is mounted there."""
-    target = os.path.realpath(root)
-    found = None
-    try:
-        with open("/proc/self/mountinfo") as mounts:
-            for line in mounts:  # later lines are mounted on top of earlier ones
-                fields = line.split()
-                if len(fields) > 4 and fields[4].replace("\\040", " ") == target:
-                    dash = fields.index("-")
-                    found = fields[dash + 1]
-    except (OSError, ValueError):
-        pass
-    return found
-
-
-def lazy_unmount(root: str) -> None:
-    subprocess.run(["fusermount3", "-u", "-z", root], check=False, capture_output=True)
-
-
 def prepare_root(root: str) -> None:
     """Create ``root``; clean up a mount left by a crash; refuse one that is still served."""
     try:
@@ -139,19 +81,6 @@ def prepare_root(root: str) -> None:
     # Any other mount here (a bind mount of the directory onto itself, made shared so that
     # containers see our mount: see the README) is fine to mount over.
     os.makedirs(root, exist_ok=True)
-
-
-@contextlib.contextmanager
-def _record(path: Path, root: str, session: Session) -> Iterator[None]:
-    private_dir(path.parent)
-    write_private(
-        path, json.dumps({"pid": os.getpid(), "root": root, "session": session.id}).encode()
-    )
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
 
 
 async def _invalidate(items: list[Invalidation]) -> None:
@@ -358,7 +287,7 @@ def serve(
         raise MountError(f"cannot mount at {options.root}: {exc}") from None
     started = time.monotonic()
     try:
-        with _record(record, options.root, session):
+        with write_record(record, options.root, session):
             if ready is not None:
                 ready()
             trio.run(_serve, fs, service)
