@@ -115,11 +115,14 @@ def main() -> None:
             targets["bindfs"] = bound
         db = work / "db.sqlite"
         mnemofs = [sys.executable, "-m", "mnemofs", "--db", str(db)]
-        subprocess.run([*mnemofs, "stores", "create", "Bench"], check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [*mnemofs, "stores", "create", "Bench"], check=True, stdout=subprocess.DEVNULL
+        )
         root = work / "mnemofs"
-        proc = subprocess.Popen([*mnemofs, "mount", "--attach", "Bench", "--root", str(root),
-                                 "--foreground"], stdout=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [*mnemofs, "mount", "--attach", "Bench", "--root", str(root), "--foreground"],
+            stdout=subprocess.DEVNULL,
+        )
         procs.append(proc)
         mounts.append(root)
         wait_mounted(root)

@@ -53,8 +53,19 @@ print(n)
 @contextlib.contextmanager
 def mount(url: str, session_id: str, root: Path) -> Iterator[subprocess.Popen[str]]:
     root.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "mnemofs", "--db", url, "mount", "--session", session_id,
-            "--root", str(root), "--foreground"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "mnemofs",
+        "--db",
+        url,
+        "mount",
+        "--session",
+        session_id,
+        "--root",
+        str(root),
+        "--foreground",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
@@ -127,22 +138,35 @@ def run_backend(name: str, url: str, work: Path, args: argparse.Namespace) -> li
         for label, new in (("changed file", False), ("new file", True)):
             t = visibility(folders[0], folders[1], args.samples, new)
             median, p99 = statistics.median(t), percentile(t, 0.99)
-            lines.append(f"{name:<10} visible in another mount, {label:<12}  "
-                         f"median {median:7.1f} ms   p99 {p99:7.1f} ms")  # fmt: skip
+            lines.append(
+                f"{name:<10} visible in another mount, {label:<12}  "
+                f"median {median:7.1f} ms   p99 {p99:7.1f} ms"
+            )
         base = 0.0
         for count in (1, 2, 4):
             for i in range(count):
                 (folders[i] / f"w{count}-{i}").mkdir()
             writers = [
-                subprocess.Popen([sys.executable, "-c", WRITER, str(folders[i] / f"w{count}-{i}"),
-                                  str(args.seconds)], stdout=subprocess.PIPE, text=True)
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        WRITER,
+                        str(folders[i] / f"w{count}-{i}"),
+                        str(args.seconds),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 for i in range(count)
-            ]  # fmt: skip
+            ]
             saves = sum(int(w.communicate()[0]) for w in writers)
             rate = saves / args.seconds
             base = base or rate
-            lines.append(f"{name:<10} saves/s with {count} mount(s) writing   {rate:9.0f}   "
-                         f"ratio to 1: {rate / base:.2f}")  # fmt: skip
+            lines.append(
+                f"{name:<10} saves/s with {count} mount(s) writing   {rate:9.0f}   "
+                f"ratio to 1: {rate / base:.2f}"
+            )
         time.sleep(1.0)  # let the last changes settle everywhere
         before = cpu_seconds(procs[0].pid)
         time.sleep(args.idle)

@@ -42,17 +42,34 @@ def seed(service: MemoryService, count: int) -> tuple[str, list[str]]:
         mid = f"mem_bench{i:08d}"
         path = f"/dir{i % DIRS:02d}/file{i:06d}.md"
         for v in range(VERSIONS_PER_MEMORY):
-            vers.append({
-                "id": f"memver_bench{i:08d}_{v:02d}", "store_id": store, "memory_id": mid,
-                "operation": "created" if v == 0 else "modified", "path": path,
-                "content": CONTENT, "content_sha256": sha256_hex(CONTENT), "size_bytes": 2048,
-                "created_at": now, "actor": "bench", "redacted_at": None,
-            })  # fmt: skip
-        mems.append({
-            "id": mid, "store_id": store, "path": path, "content": CONTENT,
-            "content_sha256": sha256_hex(CONTENT), "size_bytes": 2048, "created_at": now,
-            "updated_at": now, "head_version_id": vers[-1]["id"],
-        })  # fmt: skip
+            vers.append(
+                {
+                    "id": f"memver_bench{i:08d}_{v:02d}",
+                    "store_id": store,
+                    "memory_id": mid,
+                    "operation": "created" if v == 0 else "modified",
+                    "path": path,
+                    "content": CONTENT,
+                    "content_sha256": sha256_hex(CONTENT),
+                    "size_bytes": 2048,
+                    "created_at": now,
+                    "actor": "bench",
+                    "redacted_at": None,
+                }
+            )
+        mems.append(
+            {
+                "id": mid,
+                "store_id": store,
+                "path": path,
+                "content": CONTENT,
+                "content_sha256": sha256_hex(CONTENT),
+                "size_bytes": 2048,
+                "created_at": now,
+                "updated_at": now,
+                "head_version_id": vers[-1]["id"],
+            }
+        )
     with service.engine.sqlalchemy().begin() as conn:
         for start in range(0, len(vers), 5000):
             conn.execute(insert(memory_versions), vers[start : start + 5000])
@@ -143,8 +160,10 @@ def main() -> None:
             print(f"\n{backend}: ops/s, median of {args.repeat}")
             print(f"{'operation':<24}{'100':>10}{'10,000':>10}{'ratio':>8}")
             for key in small:
-                print(f"{key:<24}{small[key]:>10.0f}{large[key]:>10.0f}"
-                      f"{large[key] / small[key]:>8.2f}")  # fmt: skip
+                print(
+                    f"{key:<24}{small[key]:>10.0f}{large[key]:>10.0f}"
+                    f"{large[key] / small[key]:>8.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ BODY = "a line of an agent's notes about the project\n" * 20  # ~900 bytes
 def measure(url: str, size: int, repeat: int, work: Path, watching: bool) -> tuple[float, float]:
     service = MemoryService(make_engine(url), actor="bench")
     store = service.create_store(f"Sync {size}").id
-    ids = [service.create_memory(store, f"/d{i % 20:02d}/m{i:05d}.md", BODY).id
-           for i in range(size)]  # fmt: skip
+    ids = [
+        service.create_memory(store, f"/d{i % 20:02d}/m{i:05d}.md", BODY).id for i in range(size)
+    ]
     root = work / f"root-{size}"
     session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
     worker = SyncWorker(service, session, root, interval=15)
@@ -76,10 +77,15 @@ def main() -> None:
                 mode = "watching" if watching else "--once"
                 small = measure(url, 100, args.repeat, work / f"{name}-{mode}", watching)
                 large = measure(url, 10_000, args.repeat, work / f"{name}-{mode}", watching)
-                for label, a, b in (("nothing changed", small[0], large[0]),
-                                    ("1% changed", small[1], large[1])):  # fmt: skip
-                    print(f"{name:<10} {mode:<8} {label:<15}  100: {a:8.1f} ms   "
-                          f"10,000: {b:8.1f} ms   ratio {b / a:6.1f}", flush=True)  # fmt: skip
+                for label, a, b in (
+                    ("nothing changed", small[0], large[0]),
+                    ("1% changed", small[1], large[1]),
+                ):
+                    print(
+                        f"{name:<10} {mode:<8} {label:<15}  100: {a:8.1f} ms   "
+                        f"10,000: {b:8.1f} ms   ratio {b / a:6.1f}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

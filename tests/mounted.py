@@ -39,8 +39,10 @@ def require_fuse() -> None:
         return
     if os.environ.get(SKIP_FUSE_ENV) == "1":
         pytest.skip(f"FUSE tests skipped ({SKIP_FUSE_ENV}=1)")
-    pytest.fail(f"FUSE is not usable here ({', '.join(missing)} missing); "
-                f"set {SKIP_FUSE_ENV}=1 to skip these tests on purpose")  # fmt: skip
+    pytest.fail(
+        f"FUSE is not usable here ({', '.join(missing)} missing); "
+        f"set {SKIP_FUSE_ENV}=1 to skip these tests on purpose"
+    )
 
 
 @dataclass
@@ -65,8 +67,20 @@ def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[D
     require_fuse()
     with contextlib.suppress(FileExistsError):  # a stale mount, which the daemon cleans up
         root.mkdir(parents=True)
-    argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "mount", "--session", session_id,
-            "--root", str(root), "--foreground", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "mnemofs",
+        "--db",
+        db_url,
+        "mount",
+        "--session",
+        session_id,
+        "--root",
+        str(root),
+        "--foreground",
+        *extra,
+    ]
     # The daemon's log goes to a file next to the mount point (a pipe nobody reads would
     # block a daemon that logs much).
     log = root.parent / f"{root.name}.daemon.log"
@@ -102,8 +116,9 @@ def versions(service: MemoryService, store_id: str) -> list[tuple[str, str]]:
     return [(v.operation, v.path) for v in service.list_versions(store_id)]
 
 
-def run(*argv: str, cwd: Path | None = None, user: str | None = None,
-        check: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run(
+    *argv: str, cwd: Path | None = None, user: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     if user:
         argv = ("runuser", "-u", user, "--", *argv)
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=check)

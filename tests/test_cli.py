@@ -106,8 +106,9 @@ def test_memories_commands(cli: Cli, tmp_path: Path) -> None:
     assert all("content" not in m for m in listing["data"])
     depth1 = cli.json("memories", "list", "S", "--depth", "1")["data"]
     assert [(e["type"], e["path"]) for e in depth1] == [
-        ("memory_prefix", "/notes/"), ("memory", "/top.md"),
-    ]  # fmt: skip
+        ("memory_prefix", "/notes/"),
+        ("memory", "/top.md"),
+    ]
     page = cli.json("memories", "list", "S", "--limit", "2")
     assert len(page["data"]) == 2
     rest = cli.json("memories", "list", "S", "--limit", "2", "--cursor", page["next_cursor"])
@@ -147,8 +148,9 @@ def test_errors_are_one_line_with_exit_codes(cli: Cli, tmp_path: Path) -> None:
     latin1.write_bytes("café".encode("latin-1"))
     message = cli.refused(2, "memories", "create", "S", "/l.md", "--file", str(latin1))
     assert "UTF-8" in message
-    assert "usage" in cli.refused(2, "memories", "create", "S", "/x.md", "--content", "a",
-                                  "--file", str(latin1))  # fmt: skip
+    assert "usage" in cli.refused(
+        2, "memories", "create", "S", "/x.md", "--content", "a", "--file", str(latin1)
+    )
     assert "usage" in cli.refused(2, "memories", "list", "S", "--depth", "two")
     assert "depth" in cli.refused(2, "memories", "list", "S", "--depth", "2")
     assert "not_found" in cli.refused(3, "memories", "list", "Nope")
@@ -187,8 +189,9 @@ def test_sessions_commands(cli: Cli, tmp_path: Path) -> None:
     a = cli.json("stores", "create", "Demo Memory", "--description", "demo")["id"]
     cli.ok("stores", "create", "Ref: Standards")
     cli.ok("stores", "create", "Third")
-    session = cli.json("sessions", "create", "--attach", "Demo Memory",
-                       "--attach", "Ref: Standards:read_only")  # fmt: skip
+    session = cli.json(
+        "sessions", "create", "--attach", "Demo Memory", "--attach", "Ref: Standards:read_only"
+    )
     assert [(r["memory_store_id"], r["access"], r["mount_path"]) for r in session["resources"]] == [
         (a, "read_write", "/mnt/memory/demo-memory"),
         (session["resources"][1]["memory_store_id"], "read_only", "/mnt/memory/ref-standards"),
@@ -239,14 +242,19 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "db.sqlite").exists()
 
 
-def test_a_read_never_creates_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_read_never_creates_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A typo in a path must not look like an empty workspace: reads name the missing file;
     only ``stores create`` and ``db upgrade`` make a database where --db points."""
     missing = tmp_path / "no" / "such" / "dir" / "x.db"
     cli = Cli(f"sqlite:///{missing}", capsys, monkeypatch)
-    for command in (("stores", "list"), ("versions", "list", "S"), ("db", "check"),
-                    ("memories", "list", "S")):  # fmt: skip
+    for command in (
+        ("stores", "list"),
+        ("versions", "list", "S"),
+        ("db", "check"),
+        ("memories", "list", "S"),
+    ):
         result = cli(*command)
         assert result.code == 1, command
         assert str(missing) in result.err
@@ -263,8 +271,9 @@ def test_journal_commands(cli: Cli) -> None:
     store = cli.json("stores", "create", "Turns", "--kind", "journal")
     assert store["kind"] == "journal"
     turn = {"sessionId": "s1", "channelId": "cli", "status": "completed", "result": "é" * 10}
-    done = cli.json("journal", "append", "Turns", "--record", json.dumps(turn),
-                    "--max-text-length", "4")  # fmt: skip
+    done = cli.json(
+        "journal", "append", "Turns", "--record", json.dumps(turn), "--max-text-length", "4"
+    )
     assert done == {"appended": 1, "path": "/journal.jsonl"}
     batch = "\n".join(json.dumps({**turn, "sessionId": f"s{i}"}) for i in (2, 3)) + "\n"
     assert cli.ok("journal", "append", "Turns", stdin=batch.encode()).out.startswith(

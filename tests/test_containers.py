@@ -79,8 +79,12 @@ def image() -> str:
         pytest.fail(f"{problem}: run through scripts/test, or set {SKIP_ENV}=1 to skip on purpose")
     build = ["build", "--network", "host", "--build-arg", f"BASE={base}", "-t", IMAGE]
     if os.path.exists(HOST_CA):  # pip may reach the index only through this machine's CAs
-        build += ["-v", f"{HOST_CA}:/etc/ssl/build-ca.crt:ro",
-                  "--build-arg", "PIP_CERT=/etc/ssl/build-ca.crt"]  # fmt: skip
+        build += [
+            "-v",
+            f"{HOST_CA}:/etc/ssl/build-ca.crt:ro",
+            "--build-arg",
+            "PIP_CERT=/etc/ssl/build-ca.crt",
+        ]
     podman(*build, str(REPO), timeout=1200)
     return IMAGE
 
@@ -95,8 +99,15 @@ def seed(service: MemoryService) -> tuple[str, str]:
 def check_agent(result: Result) -> None:
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     assert result.stdout.split() == [
-        "docs", "notes", "read", "me", "from", "the", "container", "agent-ok",
-    ]  # fmt: skip
+        "docs",
+        "notes",
+        "read",
+        "me",
+        "from",
+        "the",
+        "container",
+        "agent-ok",
+    ]
 
 
 @pytest.fixture
@@ -124,11 +135,27 @@ def test_mode1_daemon_on_the_host(image: str, shared_dir: Path, tmp_path: Path) 
     name = f"mnemofs-sandbox-{uuid.uuid4().hex[:8]}"
     # The sandbox starts first, with /mnt/memory bound rslave; the mount comes later.
     bind = f"{shared_dir}:/mnt/memory:rslave"
-    podman("run", "-d", "--name", name, *LIMITS, "--network", "none", "--user", "1000:1000",
-           "-v", bind, "--entrypoint", "sleep", image, "600")  # fmt: skip
+    podman(
+        "run",
+        "-d",
+        "--name",
+        name,
+        *LIMITS,
+        "--network",
+        "none",
+        "--user",
+        "1000:1000",
+        "-v",
+        bind,
+        "--entrypoint",
+        "sleep",
+        image,
+        "600",
+    )
     try:
-        with mounted(url, session.id, shared_dir, "--allow-other", "--uid", "1000", "--gid",
-                     "1000"):  # fmt: skip
+        with mounted(
+            url, session.id, shared_dir, "--allow-other", "--uid", "1000", "--gid", "1000"
+        ):
             check_agent(podman("exec", name, "sh", "-c", AGENT_SCRIPT, check=False))
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)
@@ -149,8 +176,9 @@ def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
         podman("volume", "create", volume)
 
         def cli(*args: str) -> str:
-            return podman("run", "--rm", *LIMITS, "--network", "none", *db_args, image,
-                          *args).stdout  # fmt: skip
+            return podman(
+                "run", "--rm", *LIMITS, "--network", "none", *db_args, image, *args
+            ).stdout
     else:  # a PostgreSQL server reached by URL (here: the suite's, through its socket dir)
         url = pg_url()
         socket_dir = url.split("host=", 1)[1].split("&", 1)[0]
@@ -160,23 +188,47 @@ def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
         pg = MemoryService(_fresh_pg_engine(), actor="api")
 
         def cli(*args: str) -> str:
-            return podman("run", "--rm", *LIMITS, "--network", "none", *db_args, image,
-                          *args).stdout  # fmt: skip
+            return podman(
+                "run", "--rm", *LIMITS, "--network", "none", *db_args, image, *args
+            ).stdout
 
     try:
         cli("stores", "create", "Notes")
         cli("stores", "create", "Docs")
         cli("memories", "create", "Docs", "/readme.md", "--content", "read me\n")
-        podman("run", "-d", "--name", name, *LIMITS, "--network", "none", "--device",
-               "/dev/fuse", "--cap-add", "SYS_ADMIN", "--user", "root", *db_args, image,
-               "mount", "--attach", "Notes", "--attach", "Docs:read_only", "--allow-other",
-               "--uid", "1000", "--gid", "1000", "--foreground")  # fmt: skip
+        podman(
+            "run",
+            "-d",
+            "--name",
+            name,
+            *LIMITS,
+            "--network",
+            "none",
+            "--device",
+            "/dev/fuse",
+            "--cap-add",
+            "SYS_ADMIN",
+            "--user",
+            "root",
+            *db_args,
+            image,
+            "mount",
+            "--attach",
+            "Notes",
+            "--attach",
+            "Docs:read_only",
+            "--allow-other",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--foreground",
+        )
         deadline = time.monotonic() + 60
         while "mnemofs: mounted" not in podman("logs", name, check=False).stdout:
             assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
             time.sleep(0.2)
-        check_agent(podman("exec", "--user", "agent", name, "sh", "-c", AGENT_SCRIPT,
-                           check=False))  # fmt: skip
+        check_agent(podman("exec", "--user", "agent", name, "sh", "-c", AGENT_SCRIPT, check=False))
         podman("stop", "-t", "30", name)  # SIGTERM: save, unmount, exit
         assert "unmounted /mnt/memory" in podman("logs", name).stderr
         versions = json.loads(cli("--json", "versions", "list", "Notes"))["data"]

@@ -110,8 +110,11 @@ def test_postgres_scrub_removes_dead_tuples() -> None:
         return any(MARKER.encode() in b or TOKEN_PART in b for b in blobs)
 
     assert in_files()  # dead tuples: the documented gap, until a scrub
-    done = subprocess.run([sys.executable, "-m", "mnemofs", "--db", url, "db", "scrub"],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemofs", "--db", url, "db", "scrub"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert not in_files()
     assert service.search(store, MARKER) == []
@@ -146,6 +149,8 @@ def test_redacted_content_reaches_no_mount_folder_or_search(
         files = {p.name: p.read_text() for p in (folder / "notes").iterdir()}
         assert files == {"keys.md": "rotated\n"}  # no conflict copy either
     assert service.search(store, "password") == []
-    assert all(MARKER not in (service.get_version(store, v.id).content or "")
-               for v in service.list_versions(store))  # fmt: skip
+    assert all(
+        MARKER not in (service.get_version(store, v.id).content or "")
+        for v in service.list_versions(store)
+    )
     service.close()

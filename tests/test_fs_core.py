@@ -249,7 +249,8 @@ def test_a_folded_temporary_file_vanishes_from_other_mounts(service: MemoryServi
     assert [v.path for v in service.list_versions(store)].count("/draft") == 0
     watcher.refresh()
     assert sorted(store_root(watcher).children) == ["a.md"]
-    fh = watcher.open(watcher.lookup(store_root(watcher).ino, "a.md").ino, write=False,
-                      truncate=False)  # fmt: skip
+    fh = watcher.open(
+        watcher.lookup(store_root(watcher).ino, "a.md").ino, write=False, truncate=False
+    )
     assert watcher.read(fh, 0, 100) == b"new alpha\n"
     watcher.release(fh)

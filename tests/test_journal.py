@@ -25,9 +25,15 @@ from mnemofs.store import Engine, MemoryService, prompt_note
 
 from .mounted import mounted, wait_for
 
-TURN = {"at": "2026-10-01T16:42:09.118Z", "sessionId": "s1", "channelId": "slack",
-        "status": "completed", "userMessage": "hi", "result": "hello",
-        "usage": {"inputTokens": 10, "outputTokens": 2}}  # fmt: skip
+TURN = {
+    "at": "2026-10-01T16:42:09.118Z",
+    "sessionId": "s1",
+    "channelId": "slack",
+    "status": "completed",
+    "userMessage": "hi",
+    "result": "hello",
+    "usage": {"inputTokens": 10, "outputTokens": 2},
+}
 
 
 @pytest.fixture
@@ -50,8 +56,16 @@ def records(service: MemoryService, store: str) -> list[dict[str, Any]]:
 def test_records_are_checked_and_truncated_by_characters() -> None:
     text = "é😀a" * 1000  # 3,000 characters, 7,000 bytes of UTF-8
     record = make_record({**TURN, "userMessage": text, "result": text, "title": text})
-    assert list(record) == ["at", "sessionId", "channelId", "status", "title", "userMessage",
-                            "result", "usage"]  # fmt: skip
+    assert list(record) == [
+        "at",
+        "sessionId",
+        "channelId",
+        "status",
+        "title",
+        "userMessage",
+        "result",
+        "usage",
+    ]
     assert record["userMessage"] == text[:2000]
     assert record["result"] == text[:2000]
     assert record["title"] == text[:2000]
@@ -94,8 +108,11 @@ def test_append_rotates_exactly_at_the_limit(service: MemoryService, journal: st
     assert last.content == record_line(make_record({**TURN, "sessionId": "s2"}))
     assert [r["sessionId"] for r in records(service, journal)] == ["s1", "s1", "s2"]
     assert [v.operation for v in service.list_versions(journal)] == [
-        "created", "renamed", "modified", "created",
-    ]  # fmt: skip
+        "created",
+        "renamed",
+        "modified",
+        "created",
+    ]
     assert service.check(journal).problems == []
 
 
@@ -206,7 +223,8 @@ def test_journal_through_the_mount_is_read_only(
         StoreJournal(service, journal).append(make_record({**TURN, "result": "later"}))
         assert wait_for(lambda: path.read_text().count("\n") == 2)
         assert [json.loads(x)["result"] for x in path.read_text().splitlines()] == [
-            "hello", "later",
-        ]  # fmt: skip
+            "hello",
+            "later",
+        ]
     assert len(list(service.list_versions(journal))) == 2
     service.close()

@@ -16,8 +16,11 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_no_room_is_too_wide() -> None:
-    wide = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 600}  # fmt: skip
+    wide = {
+        str(p.relative_to(SRC)): n
+        for p in SRC.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 600
+    }
     assert wide == {}
 
 
@@ -37,8 +40,10 @@ def test_arrows_point_one_way() -> None:
 
 
 def test_umount_and_other_commands_never_load_fuse() -> None:
-    code = ("import sys; from mnemofs.cli import main\n"
-            "try: main(['umount', '--help'])\nexcept SystemExit: pass\n"
-            "print(sorted(m for m in ('pyfuse3', 'trio') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys; from mnemofs.cli import main\n"
+        "try: main(['umount', '--help'])\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in ('pyfuse3', 'trio') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr

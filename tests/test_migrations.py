@@ -59,28 +59,35 @@ def test_0006_keeps_versions_and_never_reuses_a_seq(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}", check_schema=False)
     upgrade(engine, "0005")
     with engine.sqlalchemy().begin() as conn:
-        conn.execute(text(
-            "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
-            "memory_count, revision, kind, owner, on_full) VALUES ('memstore_1', 's', '', 't', "
-            "'t', 0, 0, 'memory', '', 'refuse')"
-        ))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+                "memory_count, revision, kind, owner, on_full) VALUES ('memstore_1', 's', '', 't', "
+                "'t', 0, 0, 'memory', '', 'refuse')"
+            )
+        )
         for seq in (1, 2):
-            conn.execute(text(
-                "INSERT INTO memory_versions (seq, id, store_id, memory_id, operation, path, "
-                f"size_bytes, created_at, actor) VALUES ({seq}, 'memver_{seq}', 'memstore_1', "
-                "'mem_1', 'created', '/a.md', 0, 't', 'cli')"
-            ))  # fmt: skip
+            conn.execute(
+                text(
+                    "INSERT INTO memory_versions (seq, id, store_id, memory_id, operation, path, "
+                    f"size_bytes, created_at, actor) VALUES ({seq}, 'memver_{seq}', 'memstore_1', "
+                    "'mem_1', 'created', '/a.md', 0, 't', 'cli')"
+                )
+            )
     upgrade(engine)
     with engine.sqlalchemy().begin() as conn:
         assert conn.execute(text("SELECT seq, id FROM memory_versions ORDER BY seq")).all() == [
-            (1, "memver_1"), (2, "memver_2")
-        ]  # fmt: skip
+            (1, "memver_1"),
+            (2, "memver_2"),
+        ]
         conn.execute(text("DELETE FROM memory_versions WHERE seq = 2"))
-        conn.execute(text(
-            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, size_bytes, "
-            "created_at, actor) VALUES ('memver_3', 'memstore_1', 'mem_1', 'modified', '/a.md', "
-            "0, 't', 'cli')"
-        ))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, "
+                "size_bytes, created_at, actor) VALUES ('memver_3', 'memstore_1', 'mem_1', "
+                "'modified', '/a.md', 0, 't', 'cli')"
+            )
+        )
         assert (
             conn.execute(text("SELECT seq FROM memory_versions WHERE id = 'memver_3'")).scalar()
             == 3
@@ -96,11 +103,13 @@ def test_0007_keeps_existing_stores_as_they_were(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}", check_schema=False)
     upgrade(engine, "0006")
     with engine.sqlalchemy().begin() as conn:
-        conn.execute(text(
-            "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
-            "memory_count, revision, kind, owner, on_full) VALUES ('memstore_old', 'old', '', "
-            "'t', 't', 0, 0, 'memory', '', 'refuse')"
-        ))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+                "memory_count, revision, kind, owner, on_full) VALUES ('memstore_old', 'old', '', "
+                "'t', 't', 0, 0, 'memory', '', 'refuse')"
+            )
+        )
     upgrade(engine)
     service = MemoryService(engine)
     assert service.get_store("memstore_old").secrets == "allow"

@@ -59,8 +59,17 @@ def env(db_url: str, engine: Engine, tmp_path: Path) -> Iterator[Env]:
         mount_root=str(root),
     )
     with mounted(db_url, session.id, root) as daemon:
-        yield Env(service, db_url, root, root / "agent-notes", root / "reference", rw, ro,
-                  session.id, daemon)  # fmt: skip
+        yield Env(
+            service,
+            db_url,
+            root,
+            root / "agent-notes",
+            root / "reference",
+            rw,
+            ro,
+            session.id,
+            daemon,
+        )
     service.close()
 
 
@@ -258,8 +267,9 @@ def test_read_only_store_refuses_every_write(env: Env) -> None:
     assert errno_of(os.rename, f, env.ro / "moved.md") == errno.EROFS
     assert errno_of(os.rename, f, env.rw / "moved.md") in (errno.EROFS, errno.EXDEV)
     assert errno_of(os.rename, env.rw / "notes" / "todo.md", env.ro / "t.md") in (
-        errno.EROFS, errno.EXDEV,
-    )  # fmt: skip
+        errno.EROFS,
+        errno.EXDEV,
+    )
     assert errno_of(os.utime, f, (1, 1)) == errno.EROFS
     assert errno_of(os.link, f, env.ro / "hard") in (errno.EPERM, errno.EROFS)
     assert errno_of(os.symlink, "standards.md", env.ro / "soft") in (errno.EPERM, errno.EROFS)
@@ -368,15 +378,19 @@ def test_vim_ex_mode_edit(env: Env) -> None:
     target = env.rw / "notes" / "todo.md"
     result = subprocess.run(
         ["vim", "-e", "-s", "-n", "-c", "%s/milk/coffee/", "-c", "wq", str(target)],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert target.read_text() == "- buy coffee\n"
     assert env.memory("/notes/todo.md").content == "- buy coffee\n"
     assert env.paths() == ["/notes/todo.md"]
     assert versions(env.service, env.rw_id) == [
-        ("modified", "/notes/todo.md"), ("created", "/notes/todo.md"),
-    ]  # fmt: skip
+        ("modified", "/notes/todo.md"),
+        ("created", "/notes/todo.md"),
+    ]
 
 
 def test_other_user_through_allow_other(tmp_path: Path) -> None:
@@ -443,12 +457,17 @@ def test_other_users_are_refused_reads_unless_the_group_is_let_in(tmp_path: Path
     owner, group, stranger, member = 4100, 4200, 4300, 4400
     note = str(root / "private" / "secret.md")
     try:
-        with mounted(db_url, session.id, root, "--allow-other", "--uid", str(owner), "--gid",
-                     str(group)):  # fmt: skip
+        with mounted(
+            db_url, session.id, root, "--allow-other", "--uid", str(owner), "--gid", str(group)
+        ):
             # Before the owner looks: what the kernel caches for a second after a lookup
             # (names, sizes) is the one thing it can show without asking the daemon.
-            for argv in (("stat", note), ("cat", note), ("ls", str(root / "private")),
-                         ("sh", "-c", f"echo x >> {note}")):  # fmt: skip
+            for argv in (
+                ("stat", note),
+                ("cat", note),
+                ("ls", str(root / "private")),
+                ("sh", "-c", f"echo x >> {note}"),
+            ):
                 refused = as_ids(stranger, stranger, *argv)
                 assert refused.returncode != 0, argv
                 assert "Permission denied" in refused.stderr, (argv, refused.stderr)
@@ -460,8 +479,17 @@ def test_other_users_are_refused_reads_unless_the_group_is_let_in(tmp_path: Path
                 "Permission denied"
                 in as_ids(stranger, stranger, "ls", str(root / "private")).stderr
             )
-        with mounted(db_url, session.id, root, "--allow-other", "--uid", str(owner), "--gid",
-                     str(group), "--group-access"):  # fmt: skip
+        with mounted(
+            db_url,
+            session.id,
+            root,
+            "--allow-other",
+            "--uid",
+            str(owner),
+            "--gid",
+            str(group),
+            "--group-access",
+        ):
             assert oct(os.stat(note).st_mode & 0o777) == "0o660"
             assert as_ids(member, member, "cat", note, groups=str(group)).stdout == "only mine\n"
             assert as_ids(member, group, "sh", "-c", f"echo more >> {note}").returncode == 0

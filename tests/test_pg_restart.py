@@ -46,26 +46,57 @@ class PgServer:
             shutil.chown(self.dir, "postgres")
             self.as_owner = ["runuser", "-u", "postgres", "--"]
         self.url = f"postgresql+psycopg://mnemofs@/mnemofs?host={self.dir}"
-        self._run("initdb", "-D", f"{self.dir}/data", "-U", "mnemofs", "-A", "trust",
-                  "-E", "UTF8", "--locale=C.UTF-8")  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            f"{self.dir}/data",
+            "-U",
+            "mnemofs",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        )
         self.start()
         self._run("createdb", "-h", str(self.dir), "-U", "mnemofs", "mnemofs")
 
     def _run(self, program: str, *args: str) -> None:
-        subprocess.run([*self.as_owner, str(self.bin / program), *args], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [*self.as_owner, str(self.bin / program), *args], check=True, capture_output=True
+        )
 
     def start(self) -> None:
         options = f"-k {self.dir} -c listen_addresses='' -c fsync=off"
-        self._run("pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/log", "-w",
-                  "-o", options, "start")  # fmt: skip
+        self._run(
+            "pg_ctl",
+            "-D",
+            f"{self.dir}/data",
+            "-l",
+            f"{self.dir}/log",
+            "-w",
+            "-o",
+            options,
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", f"{self.dir}/data", "-m", mode, "-w", "stop")
 
     def remove(self) -> None:
-        subprocess.run([*self.as_owner, str(self.bin / "pg_ctl"), "-D", f"{self.dir}/data",
-                        "-m", "immediate", "stop"], capture_output=True, check=False)  # fmt: skip
+        subprocess.run(
+            [
+                *self.as_owner,
+                str(self.bin / "pg_ctl"),
+                "-D",
+                f"{self.dir}/data",
+                "-m",
+                "immediate",
+                "stop",
+            ],
+            capture_output=True,
+            check=False,
+        )
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -122,8 +153,11 @@ def test_postgres_restart_under_a_mount(pg_server: PgServer, tmp_path: Path) -> 
 
     with mounted(pg_server.url, session.id, root) as daemon:
         assert (folder / "kept.md").read_text() == "kept\n"  # now in the mount's cache
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(stop_file)],
-                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(folder), str(stop_file)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             time.sleep(1.0)
             pg_server.stop()

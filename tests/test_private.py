@@ -22,8 +22,9 @@ def mode(path: Path) -> str:
 
 
 def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "mnemofs", *args], env=env, umask=0,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemofs", *args], env=env, umask=0, capture_output=True, text=True
+    )
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -83,8 +84,19 @@ def test_mount_records_logs_and_sync_files_are_owner_only(tmp_path: Path) -> Non
         cli(env, "--db", db, "umount", "--root", str(root), check=False)
         subprocess.run(["fusermount3", "-u", "-z", str(root)], capture_output=True, check=False)
     folder = tmp_path / "synced"
-    cli(env, "--db", db, "sync", "--attach", store, "--attach", f"{docs}:read_only",
-        "--root", str(folder), "--once")  # fmt: skip
+    cli(
+        env,
+        "--db",
+        db,
+        "sync",
+        "--attach",
+        store,
+        "--attach",
+        f"{docs}:read_only",
+        "--root",
+        str(folder),
+        "--once",
+    )
     assert mode(folder) == mode(folder / "notes") == mode(folder / "notes" / "d") == "0o700"
     assert mode(folder / "notes" / "d" / "a.md") == "0o600"
     assert mode(folder / "docs" / "r.md") == "0o400"

@@ -72,8 +72,13 @@ def test_context_is_newest_first_within_the_word_cap(service: MemoryService) -> 
     assert '[…] {"n":2}' in capped  # a journal keeps its newest records
     assert "one two three" not in capped
     body = capped.split("\n### ", 1)[1]
-    words = [w for line in body.splitlines() if not line.startswith(("### ", "/"))
-             for w in line.split() if w != "[…]"]  # fmt: skip
+    words = [
+        w
+        for line in body.splitlines()
+        if not line.startswith(("### ", "/"))
+        for w in line.split()
+        if w != "[…]"
+    ]
     assert len(words) <= 5
     with pytest.raises(errors.InvalidRequest):
         service.context(session.id, max_words=0)
@@ -93,12 +98,20 @@ def test_mount_and_cli_show_a_user_nothing_of_another(
         assert found.returncode == 1  # bob's memory is nowhere under ann's mount
         assert (root / "ann-notes" / "prefs.md").read_text() == "ann prefers email"
     cli = [sys.executable, "-m", "mnemofs", "--db", db_url]
-    out = subprocess.run([*cli, "context", session.id, "--max-words", "50"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [*cli, "context", session.id, "--max-words", "50"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "ann prefers email" in out
     assert "4242" not in out
-    made = subprocess.run([*cli, "--json", "sessions", "create", "--user", "bob"],
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    made = subprocess.run(
+        [*cli, "--json", "sessions", "create", "--user", "bob"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert '"user_id": "bob"' in made
     assert "Ann notes" not in made
     service.close()
@@ -145,10 +158,12 @@ def test_search_index_out_of_step_is_reported(tmp_path: Path) -> None:
     store = service.create_store("Notes").id
     service.create_memory(store, "/a.md", "alpha")
     service.db.run(
-        lambda tx: tx.run("INSERT INTO memories_fts(memories_fts, rowid, path, content) "
-                          "VALUES ('delete', 1, '/a.md', 'alpha')"),
+        lambda tx: tx.run(
+            "INSERT INTO memories_fts(memories_fts, rowid, path, content) "
+            "VALUES ('delete', 1, '/a.md', 'alpha')"
+        ),
         write=True,
-    )  # fmt: skip
+    )
     assert any("search index" in p for p in service.check().problems)
 
 
@@ -202,10 +217,11 @@ def test_reads_through_the_mount_count_as_access(
 
     def accessed(memory_id: str) -> str:
         return service.db.run(
-            lambda tx: tx.scalar("SELECT accessed_at FROM memories WHERE id = :id",
-                                 {"id": memory_id}),
+            lambda tx: tx.scalar(
+                "SELECT accessed_at FROM memories WHERE id = :id", {"id": memory_id}
+            ),
             write=False,
-        )  # fmt: skip
+        )
 
     before = accessed(old.id)
     with mounted(db_url, session.id, root):

@@ -62,10 +62,14 @@ def test_rewriter_and_appender_on_the_same_files(
     with mounted(db_url, session.id, root):
         folder = root / "shared"
         procs = [
-            subprocess.Popen([sys.executable, "-c", WRITER, str(folder), mode, "8"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(folder), mode, "8"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for mode in ("rewrite", "append")
-        ]  # fmt: skip
+        ]
         results = []
         for p in procs:
             out, err = p.communicate(timeout=120)

@@ -24,10 +24,18 @@ def test_every_command_is_a_setting_up_wrapper() -> None:
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_help_from_a_clean_environment(name: str, tmp_path: Path) -> None:
-    clean = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "HOME": os.environ.get("HOME", str(tmp_path))}  # fmt: skip
-    done = subprocess.run([str(SCRIPTS / name), "--help"], cwd=tmp_path, env=clean,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    clean = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+    }
+    done = subprocess.run(
+        [str(SCRIPTS / name), "--help"],
+        cwd=tmp_path,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert done.stdout.strip(), done.stderr[-2000:]

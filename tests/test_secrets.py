@@ -99,8 +99,12 @@ def test_cli_names_kind_and_line_and_scan_reports_without_the_secret(
     engine: Engine, db_url: str
 ) -> None:
     def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mnemofs", "--db", db_url, *args],
-                              input=stdin, capture_output=True, text=True)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "mnemofs", "--db", db_url, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+        )
 
     assert cli("stores", "create", "Notes").returncode == 0
     refused = cli("memories", "create", "Notes", "/k.md", stdin=f"hello\n{AWS}\n")
@@ -113,9 +117,7 @@ def test_cli_names_kind_and_line_and_scan_reports_without_the_secret(
     scan = cli("--json", "db", "scan-secrets")
     assert scan.returncode == 1
     findings = json.loads(scan.stdout)["data"]
-    assert [(f["path"], f["line"], f["kind"]) for f in findings] == [
-        ("/k.md", 2, "AWS Access Key")
-    ]  # fmt: skip
+    assert [(f["path"], f["line"], f["kind"]) for f in findings] == [("/k.md", 2, "AWS Access Key")]
     assert AWS not in scan.stdout
     assert cli("db", "scan-secrets", "--store", "Notes").returncode == 0
 
@@ -159,7 +161,8 @@ def test_sync_reports_a_refused_file_without_the_secret(
     worker.reconcile()
     (tmp_path / "memory" / "notes" / "keys.md").write_text(f"a\nb\n{AWS}\n")
     report = worker.reconcile()
-    assert any("/keys.md: not uploaded" in e and "AWS Access Key on line 3" in e
-               for e in report.errors)  # fmt: skip
+    assert any(
+        "/keys.md: not uploaded" in e and "AWS Access Key on line 3" in e for e in report.errors
+    )
     assert AWS not in "".join(report.errors)
     assert list(service.list_memories(store)) == []

@@ -43,12 +43,21 @@ def test_two_mounts_lose_no_save(engine: Engine, db_url: str, tmp_path: Path) ->
         writers = enumerate(roots)
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", WRITER, str(root / "shared" / f"own-{w}.md"),
-                 str(root / "shared" / "both.md"), f"w{w}", "40"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [
+                    sys.executable,
+                    "-c",
+                    WRITER,
+                    str(root / "shared" / f"own-{w}.md"),
+                    str(root / "shared" / "both.md"),
+                    f"w{w}",
+                    "40",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
             for w, root in writers
-        ]  # fmt: skip
+        ]
         outputs = [p.communicate(timeout=300) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
         acknowledged = [json.loads(out) for out, _ in outputs]
@@ -120,14 +129,21 @@ def test_two_mounts_and_the_cli_hammer_one_store(
     with mounted(db_url, sessions[0].id, roots[0]), mounted(db_url, sessions[1].id, roots[1]):
         # Per mount, one writer shares shared.md with the other mount and the CLI, one only
         # writes its own files (two writers of one file in one mount share its buffer).
-        jobs = [("fs", str(root / "hammered"), f"m{m}w{w}", str(int(w == 0)))
-                for m, root in enumerate(roots) for w in range(2)]  # fmt: skip
+        jobs = [
+            ("fs", str(root / "hammered"), f"m{m}w{w}", str(int(w == 0)))
+            for m, root in enumerate(roots)
+            for w in range(2)
+        ]
         jobs.append(("cli", f"{db_url} {store}", "cli", "1"))
         procs = [
-            subprocess.Popen([sys.executable, "-c", HAMMER, *job, str(HAMMER_SECONDS)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", HAMMER, *job, str(HAMMER_SECONDS)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for job in jobs
-        ]  # fmt: skip
+        ]
         outputs = [p.communicate(timeout=HAMMER_SECONDS + 120) for p in procs]
         assert [p.returncode for p in procs] == [0] * len(procs), [e[-2000:] for _, e in outputs]
         acked = [tuple(save) for out, _ in outputs for save in json.loads(out)]

@@ -127,14 +127,26 @@ def test_retrieve(service: MemoryService, store_id: str) -> None:
 
 def test_list_order_prefix_and_depth(service: MemoryService, store_id: str) -> None:
     for path in [
-        "/notes/todo.md", "/notes-archive/todo.md", "/notes/sub/deep.md", "/top.md",
-        "/notes.md", "/notes/a.md", "/z/y/x.md",
-    ]:  # fmt: skip
+        "/notes/todo.md",
+        "/notes-archive/todo.md",
+        "/notes/sub/deep.md",
+        "/top.md",
+        "/notes.md",
+        "/notes/a.md",
+        "/z/y/x.md",
+    ]:
         service.create_memory(store_id, path, path)
     assert paths(service, store_id) == sorted(
-        ["/notes/todo.md", "/notes-archive/todo.md", "/notes/sub/deep.md", "/top.md",
-         "/notes.md", "/notes/a.md", "/z/y/x.md"]
-    )  # fmt: skip
+        [
+            "/notes/todo.md",
+            "/notes-archive/todo.md",
+            "/notes/sub/deep.md",
+            "/top.md",
+            "/notes.md",
+            "/notes/a.md",
+            "/z/y/x.md",
+        ]
+    )
     assert paths(service, store_id, path_prefix="/notes/") == [
         "/notes/a.md",
         "/notes/sub/deep.md",
@@ -228,9 +240,11 @@ def test_update_content_path_and_both(service: MemoryService, store_id: str) -> 
     assert service.get_memory(store_id, mem.id) == m4
     ops = [(v.operation, v.path) for v in service.list_versions(store_id)]
     assert ops == [
-        ("renamed", "/b.md"), ("renamed", "/archive/a.md"), ("modified", "/a.md"),
+        ("renamed", "/b.md"),
+        ("renamed", "/archive/a.md"),
+        ("modified", "/a.md"),
         ("created", "/a.md"),
-    ]  # fmt: skip
+    ]
     assert paths(service, store_id) == ["/b.md"]
 
 
@@ -244,23 +258,29 @@ def test_update_to_same_state_writes_no_version(service: MemoryService, store_id
 def test_update_precondition(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "one")
     ok = service.update_memory(
-        store_id, mem.id, content="two",
+        store_id,
+        mem.id,
+        content="two",
         precondition={"type": "content_sha256", "content_sha256": mem.content_sha256},
-    )  # fmt: skip
+    )
     before = snapshot(service, store_id)
     with pytest.raises(errors.PreconditionFailed, match=mem.content_sha256):
         service.update_memory(
-            store_id, mem.id, content="three",
+            store_id,
+            mem.id,
+            content="three",
             precondition={"type": "content_sha256", "content_sha256": mem.content_sha256},
-        )  # fmt: skip
+        )
     assert snapshot(service, store_id) == before
     with pytest.raises(errors.InvalidRequest, match="not a SHA-256"):
         service.update_memory(store_id, mem.id, content="x", precondition={"content_sha256": "zz"})
     with pytest.raises(errors.InvalidRequest, match="unknown"):
         service.update_memory(
-            store_id, mem.id, content="x",
+            store_id,
+            mem.id,
+            content="x",
             precondition={"type": "etag", "content_sha256": ok.content_sha256},
-        )  # fmt: skip
+        )
     assert snapshot(service, store_id) == before
 
 

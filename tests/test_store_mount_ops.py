@@ -31,11 +31,13 @@ def test_rename_over_keeps_the_target_id(service: MemoryService, store_id: str) 
     assert (result.id, result.path, result.content) == (target.id, "/notes/todo.md", "new")
     assert tree(service, store_id) == {"/notes/todo.md": "new"}
     assert [v.operation for v in service.list_versions(store_id, memory_id=target.id)] == [
-        "modified", "created",
-    ]  # fmt: skip
+        "modified",
+        "created",
+    ]
     assert [v.operation for v in service.list_versions(store_id, memory_id=source.id)] == [
-        "deleted", "created",
-    ]  # fmt: skip
+        "deleted",
+        "created",
+    ]
     # The source's directory stays, as a filesystem's does.
     assert [e.path for e in service.list_memories(store_id, depth=1)] == ["/notes/", "/tmp/"]
     assert service.get_store(store_id).memory_count == 1
@@ -49,8 +51,10 @@ def test_move_directory(service: MemoryService, store_id: str) -> None:
     assert service.move_directory(store_id, "/a", "/b/c", actor="sess_x") == 2
     assert tree(service, store_id) == {"/b/c/x.md": "x", "/b/c/sub/y.md": "y", "/keep.md": "k"}
     assert [e.path for e in service.list_memories(store_id, path_prefix="/b/c/", depth=1)] == [
-        "/b/c/empty/", "/b/c/sub/", "/b/c/x.md",
-    ]  # fmt: skip
+        "/b/c/empty/",
+        "/b/c/sub/",
+        "/b/c/x.md",
+    ]
     ops = [(v.operation, v.path, v.actor) for v in service.list_versions(store_id, limit=2).data]
     assert ops == [("renamed", "/b/c/x.md", "sess_x"), ("renamed", "/b/c/sub/y.md", "sess_x")]
     # Onto an empty directory: replaced. Onto a non-empty one, a file, or into itself: refused.
@@ -82,8 +86,9 @@ def test_snapshot_and_change_feed(service: MemoryService, store_id: str) -> None
     service.delete_memory(store_id, a.id)
     feed = service.changes(store_id, snap.last_seq)
     assert [(c.version.operation, c.version.actor) for c in feed] == [
-        ("modified", "cli"), ("deleted", "api"),
-    ]  # fmt: skip
+        ("modified", "cli"),
+        ("deleted", "api"),
+    ]
     assert feed[0].seq < feed[1].seq
     assert service.changes(store_id, feed[-1].seq) == []
     assert service.store_states([store_id])[store_id].revision > snap.revision
@@ -100,8 +105,9 @@ def test_rename_over_folds_a_fresh_temporary(service: MemoryService, store_id: s
     other = service.create_memory(store_id, "/b.md", "b", actor="cli")
     service.rename_over(store_id, other.id, target.id, actor="sess_1", fold=True)
     assert [v.operation for v in service.list_versions(store_id, memory_id=other.id)] == [
-        "deleted", "created",
-    ]  # fmt: skip
+        "deleted",
+        "created",
+    ]
 
 
 def test_change_notifications(service: MemoryService, store_id: str) -> None:

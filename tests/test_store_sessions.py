@@ -13,8 +13,10 @@ def test_store_lifecycle(service: MemoryService) -> None:
     store = service.create_store("User Preferences", "Per-user preferences.")
     assert store.id.startswith("memstore_")
     assert (store.name, store.description, store.archived_at) == (
-        "User Preferences", "Per-user preferences.", None,
-    )  # fmt: skip
+        "User Preferences",
+        "Per-user preferences.",
+        None,
+    )
     assert service.get_store(store.id) == store
     renamed = service.update_store(store.id, name="Prefs")
     assert (renamed.name, renamed.description) == ("Prefs", "Per-user preferences.")
@@ -101,12 +103,16 @@ def test_session_attachments_slugs_and_mount_paths(service: MemoryService) -> No
     c = service.create_store("Reference")
     session = service.create_session(
         [
-            {"type": "memory_store", "memory_store_id": a.id, "access": "read_write",
-             "instructions": "Check before starting any task."},
+            {
+                "type": "memory_store",
+                "memory_store_id": a.id,
+                "access": "read_write",
+                "instructions": "Check before starting any task.",
+            },
             {"memory_store_id": b.id, "access": "read_only"},
             {"memory_store_id": c.id},
         ]
-    )  # fmt: skip
+    )
     assert session.id.startswith("sess_")
     assert session.ended_at is None
     assert [(r.memory_store_id, r.access, r.mount_path) for r in session.resources] == [
@@ -189,9 +195,11 @@ def test_python_api_mirrors_the_seed_sdk(ws: Workspace) -> None:
     got = ws.memory_stores.memories.retrieve(mem.id, memory_store_id=store.id)
     assert got.content == "tabs"
     ws.memory_stores.memories.update(
-        mem.id, memory_store_id=store.id, content="spaces",
+        mem.id,
+        memory_store_id=store.id,
+        content="spaces",
         precondition={"type": "content_sha256", "content_sha256": mem.content_sha256},
-    )  # fmt: skip
+    )
     page = ws.memory_stores.memories.list(store.id, path_prefix="/")
     assert [(item.type, item.path) for item in page.data] == [("memory", "/formatting.md")]
     versions = ws.memory_stores.memory_versions.list(store.id, memory_id=mem.id)

@@ -70,8 +70,11 @@ def test_redact(service: MemoryService, store_id: str) -> None:
     assert redacted.redacted_at is not None
     # Who, what and when stay.
     assert (redacted.operation, redacted.path, redacted.actor, redacted.created_at) == (
-        "created", "/a.md", "api", mem.created_at,
-    )  # fmt: skip
+        "created",
+        "/a.md",
+        "api",
+        mem.created_at,
+    )
     assert redacted.size_bytes == mem.size_bytes
     assert service.get_version(store_id, mem.version_id) == redacted
     assert service.redact_version(store_id, mem.version_id) == redacted  # idempotent
@@ -134,11 +137,14 @@ def test_check_finds_what_is_wrong(
     assert (report.stores, report.memories, report.versions) == (1, 2, 6)
 
     def corrupt(tx: Any) -> None:
-        tx.run("UPDATE memories SET content = 'changed behind our back' WHERE id = :id",
-               {"id": a.id})  # fmt: skip
+        tx.run(
+            "UPDATE memories SET content = 'changed behind our back' WHERE id = :id", {"id": a.id}
+        )
         tx.run("UPDATE memory_stores SET memory_count = 7 WHERE id = :id", {"id": store_id})
-        tx.run("DELETE FROM memory_versions WHERE memory_id = :id AND operation = 'deleted'",
-               {"id": b.id})  # fmt: skip
+        tx.run(
+            "DELETE FROM memory_versions WHERE memory_id = :id AND operation = 'deleted'",
+            {"id": b.id},
+        )
 
     service.db.run(corrupt, write=True)
     problems = service.check(store_id).problems

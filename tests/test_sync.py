@@ -32,24 +32,38 @@ class Env:
         self.service.create_memory(self.docs, "/readme.md", "read me\n")
         self.root = tmp_path / "memory"
         self.session = self.service.create_session(
-            [{"memory_store_id": self.notes},
-             {"memory_store_id": self.docs, "access": "read_only"}],
+            [
+                {"memory_store_id": self.notes},
+                {"memory_store_id": self.docs, "access": "read_only"},
+            ],
             mount_root=str(self.root),
-        )  # fmt: skip
+        )
 
     def argv(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "mnemofs", "--db", self.db_url, "sync", "--session",
-                self.session.id, *extra]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "mnemofs",
+            "--db",
+            self.db_url,
+            "sync",
+            "--session",
+            self.session.id,
+            *extra,
+        ]
 
     def once(self, interval: float = 15) -> str:
-        done = subprocess.run(self.argv("--once", "--interval", str(interval)),
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            self.argv("--once", "--interval", str(interval)), capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout + done.stderr
 
     def stored(self, store: str) -> dict[str, str]:
-        return {m.path: self.service.find_memory(store, m.path).content or ""
-                for m in self.service.list_memories(store)}  # fmt: skip
+        return {
+            m.path: self.service.find_memory(store, m.path).content or ""
+            for m in self.service.list_memories(store)
+        }
 
     def versions(self, store: str) -> list[tuple[str, str, str]]:
         return [(v.operation, v.path, v.actor) for v in self.service.list_versions(store)]
@@ -67,21 +81,28 @@ def test_local_edits_with_ordinary_tools_become_versions(
     notes = env.root / "notes"
     assert (notes / "a.md").read_text() == "alpha\n"
     assert (env.root / "docs" / "readme.md").read_text() == "read me\n"
-    run("sh", "-c", "echo beta > b.md && sed -i s/alpha/ALPHA/ a.md && mkdir -p d && "
-        "echo gamma > d/c.md", cwd=notes)  # fmt: skip
+    run(
+        "sh",
+        "-c",
+        "echo beta > b.md && sed -i s/alpha/ALPHA/ a.md && mkdir -p d && echo gamma > d/c.md",
+        cwd=notes,
+    )
     env.once()
     assert env.stored(env.notes) == {"/a.md": "ALPHA\n", "/b.md": "beta\n", "/d/c.md": "gamma\n"}
     mine = [v for v in env.versions(env.notes) if v[2] == env.session.id]
-    assert sorted(mine) == [("created", "/b.md", env.session.id),
-                            ("created", "/d/c.md", env.session.id),
-                            ("modified", "/a.md", env.session.id)]  # fmt: skip
+    assert sorted(mine) == [
+        ("created", "/b.md", env.session.id),
+        ("created", "/d/c.md", env.session.id),
+        ("modified", "/a.md", env.session.id),
+    ]
     # Restart resumes from the state file: nothing changed, nothing uploaded again.
     before = len(env.versions(env.notes))
     assert "nothing to do" in env.once()
     assert len(env.versions(env.notes)) == before
     # Remote changes come down.
-    env.service.update_memory(env.notes, env.service.find_memory(env.notes, "/b.md").id,
-                              content="from the api\n")  # fmt: skip
+    env.service.update_memory(
+        env.notes, env.service.find_memory(env.notes, "/b.md").id, content="from the api\n"
+    )
     env.service.create_memory(env.notes, "/e.md", "new remote\n")
     env.service.delete_memory(env.notes, env.service.find_memory(env.notes, "/d/c.md").id)
     env.once()
@@ -184,8 +205,9 @@ def test_foreground_worker_brings_changes_and_reconciles_at_sigterm(
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline().startswith("mnemofs: synced 2 store(s)")
-        env.service.update_memory(env.notes, env.service.find_memory(env.notes, "/a.md").id,
-                                  content="remote\n")  # fmt: skip
+        env.service.update_memory(
+            env.notes, env.service.find_memory(env.notes, "/a.md").id, content="remote\n"
+        )
         a = env.root / "notes" / "a.md"
         assert wait_for(lambda: a.read_text() == "remote\n", timeout=5.0)  # within an interval
         (env.root / "notes" / "last.md").write_text("written just before the end\n")
@@ -297,8 +319,10 @@ def test_a_memory_gone_mid_pass_affects_only_its_own_path(
     report = worker.reconcile()
     assert report.errors == []
     assert {p.name: p.read_text() for p in folder.iterdir()} == {
-        "a.md": "a\n", "b.md": "b again\n", "c.md": "c\n"
-    }  # fmt: skip
+        "a.md": "a\n",
+        "b.md": "b again\n",
+        "c.md": "c\n",
+    }
     service.close()
 
 
@@ -312,8 +336,19 @@ def test_folder_and_store_converge_after_concurrent_writers(
     root = tmp_path / "memory"
     session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
     writer_session = service.create_session([{"memory_store_id": store}], mount_root="/m")
-    argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "sync", "--session", session.id,
-            "--foreground", "--interval", "1"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "mnemofs",
+        "--db",
+        db_url,
+        "sync",
+        "--session",
+        session.id,
+        "--foreground",
+        "--interval",
+        "1",
+    ]
     worker = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -334,17 +369,20 @@ def test_folder_and_store_converge_after_concurrent_writers(
                 if path not in by_path:
                     service.create_memory(store, path, f"{seed} {n}\n", actor=actor)
                 elif roll < 0.4:
-                    service.update_memory(store, by_path[path], content=f"{seed} {n}\n",
-                                          actor=actor)  # fmt: skip
+                    service.update_memory(
+                        store, by_path[path], content=f"{seed} {n}\n", actor=actor
+                    )
                 elif roll < 0.55 and other not in by_path:
                     service.update_memory(store, by_path[path], path=other, actor=actor)
                 elif roll < 0.75 and drafts and time.monotonic() - drafts[0][0] > 1.5:
                     # a fresh file the worker has brought down, folded over another
-                    service.rename_over(store, drafts.pop(0)[1], by_path[path], actor=actor,
-                                        fold=True)  # fmt: skip
+                    service.rename_over(
+                        store, drafts.pop(0)[1], by_path[path], actor=actor, fold=True
+                    )
                 elif roll < 0.75:
-                    draft = service.create_memory(store, f"/draft{seed}-{n}", f"{seed} {n} t\n",
-                                                  actor=actor)  # fmt: skip
+                    draft = service.create_memory(
+                        store, f"/draft{seed}-{n}", f"{seed} {n} t\n", actor=actor
+                    )
                     drafts.append((time.monotonic(), draft.id))
                 else:
                     service.delete_memory(store, by_path[path], actor=actor)
@@ -373,8 +411,9 @@ def test_folder_and_store_converge_after_concurrent_writers(
             worker.wait()
     assert failures == []
     folder = root / "notes"
-    local = {"/" + str(p.relative_to(folder)): p.read_text()
-             for p in folder.rglob("*") if p.is_file()}  # fmt: skip
+    local = {
+        "/" + str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()
+    }
     stored = {
         m.path: service.find_memory(store, m.path).content for m in service.list_memories(store)
     }

@@ -24,8 +24,9 @@ class Env:
         service.create_memory(self.store, "/d/x.md", "x\n")
         self.root = tmp_path / "memory"
         self.notes = self.root / "notes"
-        session = service.create_session([{"memory_store_id": self.store}],
-                                         mount_root=str(self.root))  # fmt: skip
+        session = service.create_session(
+            [{"memory_store_id": self.store}], mount_root=str(self.root)
+        )
         self.worker = SyncWorker(service, session, self.root, interval=0.0)
         self.outside = tmp_path / "outside"
         self.outside.mkdir()
@@ -38,8 +39,10 @@ class Env:
         return {p.name: p.read_text() for p in self.outside.iterdir()}
 
     def stored(self) -> dict[str, str]:
-        return {m.path: self.service.find_memory(self.store, m.path).content or ""
-                for m in self.service.list_memories(self.store)}  # fmt: skip
+        return {
+            m.path: self.service.find_memory(self.store, m.path).content or ""
+            for m in self.service.list_memories(self.store)
+        }
 
     def errors(self) -> str:
         path = self.root / ERRORS_FILE
@@ -60,8 +63,12 @@ def test_a_memory_never_lands_outside_through_a_link(
         report = env.worker.reconcile()
     assert env.outside_state() == {"keep.txt": "untouched\n"}
     assert {e.split(":")[0] for e in report.errors} == {
-        "/evil", "/evil/passwd", "/evil/sub/new.md", "/d/deeper/evil", "/d/deeper/evil/passwd"
-    }  # fmt: skip
+        "/evil",
+        "/evil/passwd",
+        "/evil/sub/new.md",
+        "/d/deeper/evil",
+        "/d/deeper/evil/passwd",
+    }
     assert "/evil/passwd: not synced" in env.errors()
     assert (env.notes / "evil").is_symlink()  # left alone
     # The link goes: the memory comes down on the next pass.
@@ -86,8 +93,9 @@ def test_a_link_is_never_read_into_the_store(service: MemoryService, tmp_path: P
         assert any(e.startswith(f"{path}: not synced") for e in report.errors), path
     assert (env.notes / "a.md").is_symlink()
     # A change in the store to a path that is now a link is not written through it either.
-    service.update_memory(env.store, service.find_memory(env.store, "/a.md").id,
-                          content="changed\n", actor="cli")  # fmt: skip
+    service.update_memory(
+        env.store, service.find_memory(env.store, "/a.md").id, content="changed\n", actor="cli"
+    )
     env.worker.reconcile()
     assert env.secret.read_text() == SECRET
 
@@ -100,8 +108,9 @@ def test_a_directory_replaced_by_a_link_between_reconciles(
     shutil.rmtree(env.notes / "d")
     (env.notes / "d").symlink_to(env.outside)
     (env.outside / "x.md").write_text("outside x\n")  # what a follow would read as /d/x.md
-    service.update_memory(env.store, service.find_memory(env.store, "/d/x.md").id,
-                          content="x changed\n", actor="cli")  # fmt: skip
+    service.update_memory(
+        env.store, service.find_memory(env.store, "/d/x.md").id, content="x changed\n", actor="cli"
+    )
     service.create_memory(env.store, "/d/new.md", "new\n", actor="cli")
     for _ in range(3):
         report = env.worker.reconcile()
@@ -114,8 +123,9 @@ def test_a_directory_replaced_by_a_link_between_reconciles(
     env.worker.watch_local_changes()
     for _ in range(3):
         env.worker.reconcile()
-    service.update_memory(env.store, service.find_memory(env.store, "/d/x.md").id,
-                          content="x again\n", actor="cli")  # fmt: skip
+    service.update_memory(
+        env.store, service.find_memory(env.store, "/d/x.md").id, content="x again\n", actor="cli"
+    )
     env.worker.reconcile()
     assert env.outside_state() == {"keep.txt": "untouched\n", "x.md": "outside x\n"}
 

@@ -196,8 +196,12 @@ class Folder:
                 if not stat.S_ISREG(st.st_mode):
                     raise LinkInPath(path, "not a regular file")
             tmp = f".mnemofs-{name}"[:200] + f".{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         FILE_MODE, dir_fd=dfd)  # fmt: skip
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                FILE_MODE,
+                dir_fd=dfd,
+            )
             try:
                 try:
                     view = memoryview(data)

@@ -87,8 +87,17 @@ class TreeWatch:
     caller scans everything and makes a new ``TreeWatch``.
     """
 
-    MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
-            | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)  # fmt: skip
+    MASK = (
+        IN_MODIFY
+        | IN_ATTRIB
+        | IN_CLOSE_WRITE
+        | IN_MOVED_FROM
+        | IN_MOVED_TO
+        | IN_CREATE
+        | IN_DELETE
+        | IN_DELETE_SELF
+        | IN_MOVE_SELF
+    )
     # A directory swapped for a link between the scan and the watch is never followed.
     ADD = MASK | IN_ONLYDIR | IN_DONT_FOLLOW
 

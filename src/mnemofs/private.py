@@ -55,8 +55,12 @@ def write_private(target: os.PathLike[str] | str, data: bytes) -> None:
         tmp = f"{name}.{os.getpid()}.tmp"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dfd)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     FILE_MODE, dir_fd=dfd)  # fmt: skip
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            FILE_MODE,
+            dir_fd=dfd,
+        )
         try:
             os.fchmod(fd, FILE_MODE)
             view = memoryview(data)
@@ -72,8 +76,9 @@ def write_private(target: os.PathLike[str] | str, data: bytes) -> None:
 def open_private_log(path: Path) -> IO[str]:
     """``path`` opened for appending, made 0600 (and its directory 0700) if new."""
     private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 FILE_MODE)  # fmt: skip
+    fd = os.open(
+        path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+    )
     if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
         os.fchmod(fd, FILE_MODE)
     return os.fdopen(fd, "a")

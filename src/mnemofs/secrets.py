@@ -109,8 +109,9 @@ def _checks() -> list[tuple[Any, Any, re.Pattern[str] | None, bool]]:
     checks: list[tuple[Any, Any, re.Pattern[str] | None, bool]] = []
     for detector in _detectors():
         if type(detector).analyze_string is RegexBasedDetector.analyze_string:
-            checks += [(detector, p, _need(p), bool(p.flags & re.IGNORECASE))
-                       for p in detector.denylist]  # fmt: skip
+            checks += [
+                (detector, p, _need(p), bool(p.flags & re.IGNORECASE)) for p in detector.denylist
+            ]
         else:
             checks.append((detector, None, None, False))
     return checks

@@ -139,13 +139,17 @@ class SyncWorker:
             "session": self.session.id,
             "reported": self.reported,  # so a restart does not report the same file again
             "stores": {
-                sid: {"last_seq": st.last_seq,
-                      "files": {p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size]
-                                for p, e in st.files.items()},
-                      "missing_since": st.missing_since}
+                sid: {
+                    "last_seq": st.last_seq,
+                    "files": {
+                        p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size]
+                        for p, e in st.files.items()
+                    },
+                    "missing_since": st.missing_since,
+                }
                 for sid, st in self.states.items()
             },
-        }  # fmt: skip
+        }
         write_private(self.state_file, json.dumps(data).encode())
 
     # -- one reconcile --------------------------------------------------------------------------
@@ -191,14 +195,17 @@ class SyncWorker:
         else:  # only what inotify saw change, what changed remotely, deletes on hold
             paths = hinted | set(remote) | set(state.missing_since)
             local = self._stat(folder, paths, links)
-            lost = not folder.exists() or (len(known) > 1 and known <= hinted
-                                           and not (set(local) & known))  # fmt: skip
+            lost = not folder.exists() or (
+                len(known) > 1 and known <= hinted and not (set(local) & known)
+            )
         paths |= state.retry
         local.update(self._stat(folder, state.retry - set(local) - links, links))
         if lost:
-            message = (f"{folder.path} lost every one of its {len(known)} files at once; not "
-                       "deleting them from the store (restore the folder, or remove it and "
-                       f"{self.state_file.name} to start over)")  # fmt: skip
+            message = (
+                f"{folder.path} lost every one of its {len(known)} files at once; not "
+                "deleting them from the store (restore the folder, or remove it and "
+                f"{self.state_file.name} to start over)"
+            )
             report.errors.append(message)
             log.error("%s", message)
             return
@@ -208,13 +215,25 @@ class SyncWorker:
             try:
                 if path in links or any(path.startswith(link + "/") for link in links):
                     raise LinkInPath(path)
-                self._reconcile_path(store_id, folder, state, path, local.get(path),
-                                     remote.get(path, _UNCHANGED), writable, now,
-                                     report)  # fmt: skip
+                self._reconcile_path(
+                    store_id,
+                    folder,
+                    state,
+                    path,
+                    local.get(path),
+                    remote.get(path, _UNCHANGED),
+                    writable,
+                    now,
+                    report,
+                )
             except LinkInPath as exc:
                 state.retry.add(path)
-                self._report(f"{store_id}:{path}", "link", f"{path}: not synced: {exc.what} "
-                             "on the way (never followed)", report)  # fmt: skip
+                self._report(
+                    f"{store_id}:{path}",
+                    "link",
+                    f"{path}: not synced: {exc.what} on the way (never followed)",
+                    report,
+                )
             except (NotFound, OSError) as exc:
                 # Changed or gone on either side while we looked: only this path waits.
                 state.retry.add(path)
@@ -363,8 +382,9 @@ class SyncWorker:
             if local == "same" or local == "absent":
                 return
             if local == "missing":
-                return self._local_delete(store_id, folder, state, path, base, writable, now,
-                                          report)  # fmt: skip
+                return self._local_delete(
+                    store_id, folder, state, path, base, writable, now, report
+                )
             assert data is not None
             if not writable:
                 return self._discard(store_id, folder, state, path, base, report)
@@ -401,15 +421,27 @@ class SyncWorker:
 
     # -- the actions ----------------------------------------------------------------------------
 
-    def _upload(self, store_id: str, folder: Folder, state: StoreState, path: str,
-                base: Entry | None, data: bytes, report: Report) -> None:  # fmt: skip
+    def _upload(
+        self,
+        store_id: str,
+        folder: Folder,
+        state: StoreState,
+        path: str,
+        base: Entry | None,
+        data: bytes,
+        report: Report,
+    ) -> None:
         try:
             known = base.memory_id if base else None
             text = decode_content(data)
             memory, _ = self.service.save_file(store_id, path, text, memory_id=known)
         except MnemofsError as exc:
-            self._report(f"{store_id}:{path}", hashlib.sha256(data).hexdigest(),
-                         f"{path}: not uploaded: {exc.message}", report)  # fmt: skip
+            self._report(
+                f"{store_id}:{path}",
+                hashlib.sha256(data).hexdigest(),
+                f"{path}: not uploaded: {exc.message}",
+                report,
+            )
             return
         self.reported.pop(f"{store_id}:{path}", None)
         report.uploaded.append(path)
@@ -418,27 +450,42 @@ class SyncWorker:
             raise FileNotFoundError(path)  # gone since it was read: the next pass sees to it
         self._remember(state, memory, st)
 
-    def _download(self, store_id: str, folder: Folder, state: StoreState, memory: Memory,
-                  report: Report) -> None:  # fmt: skip
+    def _download(
+        self, store_id: str, folder: Folder, state: StoreState, memory: Memory, report: Report
+    ) -> None:
         if memory.content is None:
             memory = self.service.get_memory(store_id, memory.id, count_access=False)
-        writable = any(a.memory_store_id == store_id and a.access == "read_write"
-                       for a in self.session.resources)  # fmt: skip
-        st = folder.write(memory.path, (memory.content or "").encode(),
-                          mode=FILE_MODE if writable else READ_ONLY_MODE)  # fmt: skip
+        writable = any(
+            a.memory_store_id == store_id and a.access == "read_write"
+            for a in self.session.resources
+        )
+        st = folder.write(
+            memory.path,
+            (memory.content or "").encode(),
+            mode=FILE_MODE if writable else READ_ONLY_MODE,
+        )
         report.downloaded.append(memory.path)
         self.reported.pop(f"{store_id}:{memory.path}", None)
         self._remember(state, memory, st)
 
     @staticmethod
     def _remember(state: StoreState, memory: Memory, st: os.stat_result) -> None:
-        state.files[memory.path] = Entry(memory.id, memory.version_id, memory.content_sha256,
-                                         st.st_mtime_ns, st.st_size)  # fmt: skip
+        state.files[memory.path] = Entry(
+            memory.id, memory.version_id, memory.content_sha256, st.st_mtime_ns, st.st_size
+        )
         state.missing_since.pop(memory.path, None)
 
-    def _local_delete(self, store_id: str, folder: Folder, state: StoreState, path: str,
-                      base: Entry | None, writable: bool, now: float,
-                      report: Report) -> None:  # fmt: skip
+    def _local_delete(
+        self,
+        store_id: str,
+        folder: Folder,
+        state: StoreState,
+        path: str,
+        base: Entry | None,
+        writable: bool,
+        now: float,
+        report: Report,
+    ) -> None:
         assert base is not None
         if not writable:
             memory = self.service.get_memory(store_id, base.memory_id, count_access=False)
@@ -454,8 +501,15 @@ class SyncWorker:
         state.missing_since.pop(path, None)
         report.deleted_remote.append(path)
 
-    def _discard(self, store_id: str, folder: Folder, state: StoreState, path: str,
-                 base: Entry | None, report: Report) -> None:  # fmt: skip
+    def _discard(
+        self,
+        store_id: str,
+        folder: Folder,
+        state: StoreState,
+        path: str,
+        base: Entry | None,
+        report: Report,
+    ) -> None:
         report.discarded.append(path)
         if base is None:
             log.warning("discarded %s: the store is read_only", path)

@@ -28,8 +28,11 @@ from mnemofs.cli.versions import versions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", metavar="URL", help="Database URL or SQLite file (default: $MNEMOFS_DB, "
-              "else the XDG data directory).")  # fmt: skip
+@click.option(
+    "--db",
+    metavar="URL",
+    help="Database URL or SQLite file (default: $MNEMOFS_DB, else the XDG data directory).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON objects instead of tables.")
 @click.version_option(package_name="mnemofs")
 @click.pass_context

@@ -58,10 +58,21 @@ def start_background(db: str | None, session: Session, options: MountOptions) ->
     argv = [sys.executable, "-m", "mnemofs"]
     if db:
         argv += ["--db", db]
-    argv += ["mount", "--session", session.id, "--root", options.root, "--foreground",
-             "--ready-fd", str(write_fd)]  # fmt: skip
-    for flag, on in (("--allow-other", options.allow_other), ("--debug", options.debug),
-                     ("--group-access", options.group_access)):  # fmt: skip
+    argv += [
+        "mount",
+        "--session",
+        session.id,
+        "--root",
+        options.root,
+        "--foreground",
+        "--ready-fd",
+        str(write_fd),
+    ]
+    for flag, on in (
+        ("--allow-other", options.allow_other),
+        ("--debug", options.debug),
+        ("--group-access", options.group_access),
+    ):
         if on:
             argv.append(flag)
     if options.uid is not None:
@@ -70,9 +81,13 @@ def start_background(db: str | None, session: Session, options: MountOptions) ->
         argv += ["--gid", str(options.gid)]
     with open_private_log(log_path) as log:
         child = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(write_fd,),
             start_new_session=True,
-        )  # fmt: skip
+        )
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         answer = pipe.read()

@@ -50,10 +50,14 @@ def db_scan_secrets(ctx: Context, store: str | None) -> None:
     """Report credentials already stored: the kind, the memory, the version and the line of
     each, never the credential itself. Exit 1 if any is found."""
     found = ctx.service.scan_secrets(ctx.store(store) if store else None)
-    emit(ctx, {"data": [f.to_dict() for f in found]}, lambda: print_table(
-        ["STORE", "MEMORY", "VERSION", "PATH", "LINE", "KIND"],
-        [(f.memory_store_id, f.memory_id, f.version_id, f.path, f.line, f.kind) for f in found],
-    ))  # fmt: skip
+    emit(
+        ctx,
+        {"data": [f.to_dict() for f in found]},
+        lambda: print_table(
+            ["STORE", "MEMORY", "VERSION", "PATH", "LINE", "KIND"],
+            [(f.memory_store_id, f.memory_id, f.version_id, f.path, f.line, f.kind) for f in found],
+        ),
+    )
     if found:
         sys.exit(1)
 
@@ -68,15 +72,25 @@ def db_check(ctx: Context, store: str | None) -> None:
     integrity_check. Run it after a crash or a hand edit.
     """
     report = ctx.service.check(ctx.store(store) if store else None)
-    summary = (f"{report.stores} stores, {report.memories} memories, "
-               f"{report.versions} versions checked")  # fmt: skip
+    summary = (
+        f"{report.stores} stores, {report.memories} memories, {report.versions} versions checked"
+    )
 
     def table() -> None:
         for problem in report.problems:
             click.echo(problem)
         click.echo(f"{'ok' if report.ok else f'{len(report.problems)} problems'}: {summary}")
 
-    emit(ctx, {"ok": report.ok, "stores": report.stores, "memories": report.memories,
-               "versions": report.versions, "problems": report.problems}, table)  # fmt: skip
+    emit(
+        ctx,
+        {
+            "ok": report.ok,
+            "stores": report.stores,
+            "memories": report.memories,
+            "versions": report.versions,
+            "problems": report.problems,
+        },
+        table,
+    )
     if not report.ok:
         sys.exit(1)

@@ -23,8 +23,13 @@ def journal() -> None:
 @journal.command("append")
 @click.argument("store")
 @click.option("--record", metavar="JSON", help="One record (else JSON lines from stdin).")
-@click.option("--max-text-length", type=int, default=2000, show_default=True,
-              help="Truncate userMessage, result and title to this many characters.")  # fmt: skip
+@click.option(
+    "--max-text-length",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="Truncate userMessage, result and title to this many characters.",
+)
 @pass_ctx
 def journal_append(ctx: Context, store: str, record: str | None, max_text_length: int) -> None:
     """Append turn records to STORE's journal.jsonl (rotated to journal-<time>.jsonl when full).
@@ -47,6 +52,10 @@ def journal_append(ctx: Context, store: str, record: str | None, max_text_length
             raise errors.InvalidRequest(f"record {number}: {exc.message}") from None
     appended = [backend.append(r) for r in records]
     last = appended[-1] if appended else None
-    emit(ctx, {"appended": len(appended), "path": last.path if last else None},
-         lambda: click.echo(f"appended {len(appended)} record(s)"
-                            + (f" to {last.path}" if last else "")))  # fmt: skip
+    emit(
+        ctx,
+        {"appended": len(appended), "path": last.path if last else None},
+        lambda: click.echo(
+            f"appended {len(appended)} record(s)" + (f" to {last.path}" if last else "")
+        ),
+    )

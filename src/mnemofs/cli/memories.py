@@ -27,11 +27,17 @@ def memories() -> None:
 
 def show_memory(ctx: Context, memory: Memory) -> None:
     def table() -> None:
-        print_fields([
-            ("id", memory.id), ("path", memory.path), ("size_bytes", memory.size_bytes),
-            ("content_sha256", memory.content_sha256), ("version_id", memory.version_id),
-            ("created_at", memory.created_at), ("updated_at", memory.updated_at),
-        ])  # fmt: skip
+        print_fields(
+            [
+                ("id", memory.id),
+                ("path", memory.path),
+                ("size_bytes", memory.size_bytes),
+                ("content_sha256", memory.content_sha256),
+                ("version_id", memory.version_id),
+                ("created_at", memory.created_at),
+                ("updated_at", memory.updated_at),
+            ]
+        )
         if memory.content is not None:
             click.echo("")
             click.echo(memory.content, nl=not memory.content.endswith("\n"))
@@ -58,8 +64,13 @@ def memories_create(
 @memories.command("list")
 @click.argument("store")
 @click.option("--path-prefix", default="/", show_default=True, help="A directory, ending in '/'.")
-@click.option("--depth", type=int, default=0, show_default=True,
-              help="0: the whole subtree; 1: immediate children and directories.")  # fmt: skip
+@click.option(
+    "--depth",
+    type=int,
+    default=0,
+    show_default=True,
+    help="0: the whole subtree; 1: immediate children and directories.",
+)
 @click.option("--limit", type=int, help="One page of this many entries (default: all).")
 @click.option("--cursor", help="Continue after the page that printed this cursor.")
 @pass_ctx
@@ -75,11 +86,17 @@ def memories_list(
         limit=MAX_PAGE_LIMIT if limit is None else limit,
         cursor=cursor,
     )
-    emit_listing(ctx, page, one_page=limit is not None,
-                 headers=["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"],
-                 row=lambda e: (e.type, e.path, e.size_bytes, e.content_sha256[:12],
-                                e.updated_at, e.id)
-                 if isinstance(e, Memory) else (e.type, e.path, "", "", "", ""))  # fmt: skip
+    emit_listing(
+        ctx,
+        page,
+        one_page=limit is not None,
+        headers=["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"],
+        row=lambda e: (
+            (e.type, e.path, e.size_bytes, e.content_sha256[:12], e.updated_at, e.id)
+            if isinstance(e, Memory)
+            else (e.type, e.path, "", "", "", "")
+        ),
+    )
 
 
 @memories.command("show")
@@ -110,8 +127,9 @@ def memories_cat(ctx: Context, store: str, memory: str) -> None:
 @click.option("--content", help="The new content.")
 @click.option("--file", metavar="F", help="Read the new content from file F ('-' for stdin).")
 @click.option("--path", "new_path", metavar="NEW", help="Move the memory to path NEW.")
-@click.option("--if-sha256", metavar="H",
-              help="Apply only while the stored content's SHA-256 is still H.")  # fmt: skip
+@click.option(
+    "--if-sha256", metavar="H", help="Apply only while the stored content's SHA-256 is still H."
+)
 @pass_ctx
 def memories_update(
     ctx: Context,
@@ -126,10 +144,16 @@ def memories_update(
     store_id = ctx.store(store)
     text = read_content(content, file, stdin_default=False)
     precondition = {"type": "content_sha256", "content_sha256": if_sha256} if if_sha256 else None
-    show_memory(ctx, ctx.service.update_memory(
-        store_id, ctx.memory(store_id, memory), content=text, path=new_path,
-        precondition=precondition,
-    ))  # fmt: skip
+    show_memory(
+        ctx,
+        ctx.service.update_memory(
+            store_id,
+            ctx.memory(store_id, memory),
+            content=text,
+            path=new_path,
+            precondition=precondition,
+        ),
+    )
 
 
 @memories.command("delete")

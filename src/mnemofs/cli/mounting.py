@@ -37,17 +37,28 @@ def session_or_attach(
 
 @click.command("mount")
 @click.option("--session", "session_id", metavar="SESSION", help="Mount this session's stores.")
-@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
-              help="Create a session attaching STORE (read_write); repeatable.")  # fmt: skip
-@click.option("--root", metavar="DIR",
-              help=f"Mount point (default: the session's, else {DEFAULT_MOUNT_ROOT}).")  # fmt: skip
+@click.option(
+    "--attach",
+    "attach",
+    multiple=True,
+    metavar="STORE[:MODE]",
+    help="Create a session attaching STORE (read_write); repeatable.",
+)
+@click.option(
+    "--root",
+    metavar="DIR",
+    help=f"Mount point (default: the session's, else {DEFAULT_MOUNT_ROOT}).",
+)
 @click.option("--foreground", is_flag=True, help="Serve in this process until SIGINT/SIGTERM.")
 @click.option("--allow-other", is_flag=True, help="Let other users (a sandbox's) use the mount.")
 @click.option("--uid", type=int, help="Owner shown for every file (default: this user).")
 @click.option("--gid", type=int, help="Group shown for every file (default: this group).")
-@click.option("--group-access", is_flag=True,
-              help="Members of --gid may read and write too (modes 0660/0770); without it the "
-                   "mount is owner-only (0600/0700) and others get EACCES.")  # fmt: skip
+@click.option(
+    "--group-access",
+    is_flag=True,
+    help="Members of --gid may read and write too (modes 0660/0770); without it the "
+    "mount is owner-only (0600/0700) and others get EACCES.",
+)
 @click.option("--debug", is_flag=True, help="Log every FUSE request.")
 @click.option("--ready-fd", type=int, hidden=True)
 @pass_ctx
@@ -80,17 +91,37 @@ def mount(
 
 @click.command("sync")
 @click.option("--session", "session_id", metavar="SESSION", help="Sync this session's stores.")
-@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
-              help="Create a session attaching STORE (repeat), print its id, sync it.")  # fmt: skip
-@click.option("--root", metavar="DIR",
-              help="Where the stores' folders go (default: the session's mount root).")  # fmt: skip
-@click.option("--interval", type=float, default=15.0, show_default=True,
-              help="Seconds between reconciles (at least 1).")  # fmt: skip
+@click.option(
+    "--attach",
+    "attach",
+    multiple=True,
+    metavar="STORE[:MODE]",
+    help="Create a session attaching STORE (repeat), print its id, sync it.",
+)
+@click.option(
+    "--root",
+    metavar="DIR",
+    help="Where the stores' folders go (default: the session's mount root).",
+)
+@click.option(
+    "--interval",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="Seconds between reconciles (at least 1).",
+)
 @click.option("--once", is_flag=True, help="Reconcile once and exit (for hooks and cron).")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground until SIGINT/SIGTERM.")
 @pass_ctx
-def sync(ctx: Context, session_id: str | None, attach: tuple[str, ...], root: str | None,
-         interval: float, once: bool, foreground: bool) -> None:  # fmt: skip
+def sync(
+    ctx: Context,
+    session_id: str | None,
+    attach: tuple[str, ...],
+    root: str | None,
+    interval: float,
+    once: bool,
+    foreground: bool,
+) -> None:
     """Keep a local folder per attached store in step with the database (no FUSE needed).
 
     Reconciles at most every --interval seconds and once more on SIGINT/SIGTERM. Without
@@ -105,8 +136,13 @@ def sync(ctx: Context, session_id: str | None, attach: tuple[str, ...], root: st
 
 
 @click.command("umount")
-@click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True, metavar="DIR",
-              help="The mount point to unmount.")  # fmt: skip
+@click.option(
+    "--root",
+    default=DEFAULT_MOUNT_ROOT,
+    show_default=True,
+    metavar="DIR",
+    help="The mount point to unmount.",
+)
 @pass_ctx
 def umount(ctx: Context, root: str) -> None:
     """Unmount ROOT: the daemon saves open files, unmounts and exits."""

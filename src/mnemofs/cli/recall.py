@@ -14,8 +14,13 @@ from mnemofs.cli.common import (
 
 @click.command("context")
 @click.argument("session")
-@click.option("--max-words", type=int, default=4000, show_default=True,
-              help="At most this many words of memory content.")  # fmt: skip
+@click.option(
+    "--max-words",
+    type=int,
+    default=4000,
+    show_default=True,
+    help="At most this many words of memory content.",
+)
 @pass_ctx
 def context_command(ctx: Context, session: str, max_words: int) -> None:
     """Print the text to inject into SESSION's next turn: its newest memories, newest first."""
@@ -31,6 +36,10 @@ def context_command(ctx: Context, session: str, max_words: int) -> None:
 def search_command(ctx: Context, store: str, query: str, limit: int) -> None:
     """Find STORE's live memories holding every word of QUERY, best first, with a snippet."""
     hits = ctx.service.search(ctx.store(store), query, limit=limit)
-    emit(ctx, {"data": [h.to_dict() for h in hits]},
-         lambda: print_table(["PATH", "SNIPPET"],
-                             [(h.path, " ".join(h.snippet.split())) for h in hits]))  # fmt: skip
+    emit(
+        ctx,
+        {"data": [h.to_dict() for h in hits]},
+        lambda: print_table(
+            ["PATH", "SNIPPET"], [(h.path, " ".join(h.snippet.split())) for h in hits]
+        ),
+    )

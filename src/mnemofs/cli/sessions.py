@@ -50,30 +50,51 @@ def load_spec(ctx: Context, file: str) -> list[dict[str, Any]]:
 
 def show_session(ctx: Context, session: Session) -> None:
     def table() -> None:
-        print_fields([
-            ("id", session.id), ("created_at", session.created_at),
-            ("ended_at", session.ended_at), ("mount_root", session.mount_root),
-            ("user_id", session.user_id),
-        ])  # fmt: skip
+        print_fields(
+            [
+                ("id", session.id),
+                ("created_at", session.created_at),
+                ("ended_at", session.ended_at),
+                ("mount_root", session.mount_root),
+                ("user_id", session.user_id),
+            ]
+        )
         click.echo("")
-        print_table(["STORE", "NAME", "ACCESS", "MOUNT PATH"], [
-            (a.memory_store_id, a.name, a.access, a.mount_path) for a in session.resources
-        ])  # fmt: skip
+        print_table(
+            ["STORE", "NAME", "ACCESS", "MOUNT PATH"],
+            [(a.memory_store_id, a.name, a.access, a.mount_path) for a in session.resources],
+        )
 
     emit(ctx, session, table)
 
 
 @sessions.command("create")
-@click.option("--attach", "attach", multiple=True, metavar="STORE[:MODE]",
-              help="Attach STORE read_write (default) or read_only; repeat for more.")  # fmt: skip
-@click.option("--spec", metavar="FILE",
-              help="JSON or YAML list of attachments: type, memory_store_id, access, "
-              "instructions ('-' for stdin).")  # fmt: skip
-@click.option("--root", default=DEFAULT_MOUNT_ROOT, show_default=True,
-              help="Where the session's stores are mounted.")  # fmt: skip
-@click.option("--user", "user", metavar="USER_ID",
-              help="Act for this end user: general stores and the user's only (all of them, "
-              "when nothing is attached explicitly).")  # fmt: skip
+@click.option(
+    "--attach",
+    "attach",
+    multiple=True,
+    metavar="STORE[:MODE]",
+    help="Attach STORE read_write (default) or read_only; repeat for more.",
+)
+@click.option(
+    "--spec",
+    metavar="FILE",
+    help="JSON or YAML list of attachments: type, memory_store_id, access, "
+    "instructions ('-' for stdin).",
+)
+@click.option(
+    "--root",
+    default=DEFAULT_MOUNT_ROOT,
+    show_default=True,
+    help="Where the session's stores are mounted.",
+)
+@click.option(
+    "--user",
+    "user",
+    metavar="USER_ID",
+    help="Act for this end user: general stores and the user's only (all of them, "
+    "when nothing is attached explicitly).",
+)
 @pass_ctx
 def sessions_create(
     ctx: Context, attach: tuple[str, ...], spec: str | None, root: str, user: str | None

@@ -22,37 +22,67 @@ def stores() -> None:
 
 
 def show_store(ctx: Context, store: MemoryStore) -> None:
-    emit(ctx, store, lambda: print_fields([
-        ("id", store.id), ("name", store.name), ("description", store.description),
-        ("kind", store.kind), ("owner", store.owner), ("on_full", store.on_full),
-        ("secrets", store.secrets), ("memories", store.memory_count),
-        ("created_at", store.created_at), ("updated_at", store.updated_at),
-        ("archived_at", store.archived_at),
-    ]))  # fmt: skip
+    emit(
+        ctx,
+        store,
+        lambda: print_fields(
+            [
+                ("id", store.id),
+                ("name", store.name),
+                ("description", store.description),
+                ("kind", store.kind),
+                ("owner", store.owner),
+                ("on_full", store.on_full),
+                ("secrets", store.secrets),
+                ("memories", store.memory_count),
+                ("created_at", store.created_at),
+                ("updated_at", store.updated_at),
+                ("archived_at", store.archived_at),
+            ]
+        ),
+    )
 
 
 @stores.command("create")
 @click.argument("name")
 @click.option("--description", default="", help="Shown to the agent: what the store holds.")
-@click.option("--kind", type=click.Choice(["memory", "journal"]), default="memory",
-              show_default=True, help="journal: a turn journal, attached read_only.")  # fmt: skip
-@click.option("--owner", metavar="USER_ID", default="",
-              help="The end user the store belongs to (default: a general store).")  # fmt: skip
-@click.option("--on-full", type=click.Choice(["refuse", "evict-lru"]), default="refuse",
-              show_default=True,
-              help="When full: refuse a create, or evict the least recently read.")  # fmt: skip
-@click.option("--secrets", type=click.Choice(["refuse", "allow"]), default="refuse",
-              show_default=True,
-              help="refuse: a save holding a credential (a cloud key, a private key, a "
-                   "token, a URL with a password) is refused, naming kind and line.")  # fmt: skip
+@click.option(
+    "--kind",
+    type=click.Choice(["memory", "journal"]),
+    default="memory",
+    show_default=True,
+    help="journal: a turn journal, attached read_only.",
+)
+@click.option(
+    "--owner",
+    metavar="USER_ID",
+    default="",
+    help="The end user the store belongs to (default: a general store).",
+)
+@click.option(
+    "--on-full",
+    type=click.Choice(["refuse", "evict-lru"]),
+    default="refuse",
+    show_default=True,
+    help="When full: refuse a create, or evict the least recently read.",
+)
+@click.option(
+    "--secrets",
+    type=click.Choice(["refuse", "allow"]),
+    default="refuse",
+    show_default=True,
+    help="refuse: a save holding a credential (a cloud key, a private key, a "
+    "token, a URL with a password) is refused, naming kind and line.",
+)
 @pass_ctx
 def stores_create(
     ctx: Context, name: str, description: str, kind: Any, owner: str, on_full: Any, secrets: Any
 ) -> None:
     """Create a store named NAME."""
     ctx.may_create = True
-    store = ctx.service.create_store(name, description, kind=kind, owner=owner, on_full=on_full,
-                                     secrets=secrets)  # fmt: skip
+    store = ctx.service.create_store(
+        name, description, kind=kind, owner=owner, on_full=on_full, secrets=secrets
+    )
     show_store(ctx, store)
 
 
@@ -62,10 +92,14 @@ def stores_create(
 def stores_list(ctx: Context, include_archived: bool) -> None:
     """List stores (archived ones only with --include-archived)."""
     found = list(ctx.service.list_stores(include_archived=include_archived))
-    emit(ctx, {"data": [s.to_dict() for s in found]}, lambda: print_table(
-        ["ID", "NAME", "MEMORIES", "CREATED", "ARCHIVED"],
-        [(s.id, s.name, s.memory_count, s.created_at, s.archived_at or "") for s in found],
-    ))  # fmt: skip
+    emit(
+        ctx,
+        {"data": [s.to_dict() for s in found]},
+        lambda: print_table(
+            ["ID", "NAME", "MEMORIES", "CREATED", "ARCHIVED"],
+            [(s.id, s.name, s.memory_count, s.created_at, s.archived_at or "") for s in found],
+        ),
+    )
 
 
 @stores.command("show")
@@ -80,19 +114,33 @@ def stores_show(ctx: Context, store: str) -> None:
 @click.argument("store")
 @click.option("--name", help="The new name.")
 @click.option("--description", help="The new description.")
-@click.option("--on-full", type=click.Choice(["refuse", "evict-lru"]),
-              help="What a create does when the store is full.")  # fmt: skip
-@click.option("--secrets", type=click.Choice(["refuse", "allow"]),
-              help="Whether a save holding a credential is refused.")  # fmt: skip
+@click.option(
+    "--on-full",
+    type=click.Choice(["refuse", "evict-lru"]),
+    help="What a create does when the store is full.",
+)
+@click.option(
+    "--secrets",
+    type=click.Choice(["refuse", "allow"]),
+    help="Whether a save holding a credential is refused.",
+)
 @pass_ctx
 def stores_update(
-    ctx: Context, store: str, name: str | None, description: str | None, on_full: Any,
+    ctx: Context,
+    store: str,
+    name: str | None,
+    description: str | None,
+    on_full: Any,
     secrets: Any,
-) -> None:  # fmt: skip
+) -> None:
     """Rename a store, change its description, its capacity or its secrets policy."""
     store_id = ctx.store(store)
-    show_store(ctx, ctx.service.update_store(store_id, name=name, description=description,
-                                             on_full=on_full, secrets=secrets))  # fmt: skip
+    show_store(
+        ctx,
+        ctx.service.update_store(
+            store_id, name=name, description=description, on_full=on_full, secrets=secrets
+        ),
+    )
 
 
 @stores.command("archive")

@@ -20,16 +20,19 @@ from mnemofs.sync import Report, SyncWorker
 log = logging.getLogger("mnemofs.sync")
 
 
-def run(db: str | None, session: Session, root: str, interval: float, *, once: bool,
-        foreground: bool) -> None:  # fmt: skip
+def run(
+    db: str | None, session: Session, root: str, interval: float, *, once: bool, foreground: bool
+) -> None:
     """Reconcile (as the session) once; then exit, loop here, or hand over to a worker."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     service = MemoryService(make_engine(db), actor=session.id)
     worker = SyncWorker(service, session, Path(root), interval=interval)
     try:
         report = worker.reconcile()
-        click.echo(f"mnemofs: synced {len(session.resources)} store(s) at {root} "
-                   f"(session {session.id}): {summary(report)}")  # fmt: skip
+        click.echo(
+            f"mnemofs: synced {len(session.resources)} store(s) at {root} "
+            f"(session {session.id}): {summary(report)}"
+        )
         if once:
             return
         if not foreground:
@@ -61,11 +64,25 @@ def _log(report: Report) -> None:
 def _start_background(db: str | None, session: Session, root: str, interval: float) -> None:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     logfile = state / "mnemofs" / "sync" / f"{session.id}.log"
-    argv = [sys.executable, "-m", "mnemofs", *(["--db", db] if db else []), "sync",
-            "--session", session.id, "--root", root, "--interval", str(interval),
-            "--foreground"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "mnemofs",
+        *(["--db", db] if db else []),
+        "sync",
+        "--session",
+        session.id,
+        "--root",
+        root,
+        "--interval",
+        str(interval),
+        "--foreground",
+    ]
     with open_private_log(logfile) as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)  # fmt: skip
-    click.echo(f"syncing {root} in the background (pid {proc.pid}, log {logfile}); "
-               f"stop it with: kill {proc.pid}")  # fmt: skip
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
+    click.echo(
+        f"syncing {root} in the background (pid {proc.pid}, log {logfile}); "
+        f"stop it with: kill {proc.pid}"
+    )

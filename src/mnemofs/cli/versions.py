@@ -26,13 +26,19 @@ def versions() -> None:
 
 def show_version(ctx: Context, version: MemoryVersion) -> None:
     def table() -> None:
-        print_fields([
-            ("id", version.id), ("memory_id", version.memory_id),
-            ("operation", version.operation), ("path", version.path),
-            ("size_bytes", version.size_bytes), ("content_sha256", version.content_sha256),
-            ("actor", version.actor), ("created_at", version.created_at),
-            ("redacted_at", version.redacted_at),
-        ])  # fmt: skip
+        print_fields(
+            [
+                ("id", version.id),
+                ("memory_id", version.memory_id),
+                ("operation", version.operation),
+                ("path", version.path),
+                ("size_bytes", version.size_bytes),
+                ("content_sha256", version.content_sha256),
+                ("actor", version.actor),
+                ("created_at", version.created_at),
+                ("redacted_at", version.redacted_at),
+            ]
+        )
         if version.content is not None:
             click.echo("")
             click.echo(version.content, nl=not version.content.endswith("\n"))
@@ -58,10 +64,21 @@ def versions_list(
         limit=MAX_PAGE_LIMIT if limit is None else limit,
         cursor=cursor,
     )
-    emit_listing(ctx, page, one_page=limit is not None,
-                 headers=["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"],
-                 row=lambda v: (v.id, v.operation, v.path, v.size_bytes, v.actor, v.created_at,
-                                v.redacted_at or ""))  # fmt: skip
+    emit_listing(
+        ctx,
+        page,
+        one_page=limit is not None,
+        headers=["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"],
+        row=lambda v: (
+            v.id,
+            v.operation,
+            v.path,
+            v.size_bytes,
+            v.actor,
+            v.created_at,
+            v.redacted_at or "",
+        ),
+    )
 
 
 @versions.command("show")
@@ -84,10 +101,20 @@ def versions_redact(ctx: Context, store: str, version: str) -> None:
 
 @versions.command("prune")
 @click.argument("store")
-@click.option("--older-than-days", type=float, default=DEFAULT_RETENTION_DAYS, show_default=True,
-              help="Remove versions older than this many days...")  # fmt: skip
-@click.option("--keep-last", type=int, default=DEFAULT_KEEP_VERSIONS, show_default=True,
-              help="...except the newest this many of each live memory.")  # fmt: skip
+@click.option(
+    "--older-than-days",
+    type=float,
+    default=DEFAULT_RETENTION_DAYS,
+    show_default=True,
+    help="Remove versions older than this many days...",
+)
+@click.option(
+    "--keep-last",
+    type=int,
+    default=DEFAULT_KEEP_VERSIONS,
+    show_default=True,
+    help="...except the newest this many of each live memory.",
+)
 @pass_ctx
 def versions_prune(ctx: Context, store: str, older_than_days: float, keep_last: int) -> None:
     """Remove old versions, always keeping each live memory's newest ones."""

@@ -210,16 +210,26 @@ class Adapter(pyfuse3.Operations):
             raise fuse_error(exc, "unlink") from None
 
     async def rename(
-        self, parent_old: int, name_old: bytes, parent_new: int, name_new: bytes, flags: int,
+        self,
+        parent_old: int,
+        name_old: bytes,
+        parent_new: int,
+        name_new: bytes,
+        flags: int,
         ctx: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         try:
             if flags & pyfuse3.RENAME_EXCHANGE:
                 raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
             self._may_write(ctx, parent_old, "rename")
             self._may_write(ctx, parent_new, "rename into")
-            self.fs.rename(parent_old, _name(name_old), parent_new, _name(name_new),
-                           noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))  # fmt: skip
+            self.fs.rename(
+                parent_old,
+                _name(name_old),
+                parent_new,
+                _name(name_new),
+                noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE),
+            )
         except Exception as exc:
             raise fuse_error(exc, "rename") from None
 
@@ -228,9 +238,13 @@ class Adapter(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
         try:
             self._may_write(ctx, parent_inode, "create")
-            node, fh = self.fs.create(parent_inode, _name(name), exclusive=bool(flags & os.O_EXCL),
-                                      truncate=bool(flags & os.O_TRUNC),
-                                      append=bool(flags & os.O_APPEND))  # fmt: skip
+            node, fh = self.fs.create(
+                parent_inode,
+                _name(name),
+                exclusive=bool(flags & os.O_EXCL),
+                truncate=bool(flags & os.O_TRUNC),
+                append=bool(flags & os.O_APPEND),
+            )
             return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(node.ino)), self.attrs(
                 node
             )
@@ -244,8 +258,12 @@ class Adapter(pyfuse3.Operations):
                 self._may_write(ctx, inode, "open for writing")
             else:
                 self._may_read(ctx)
-            fh = self.fs.open(inode, write=write, truncate=bool(flags & os.O_TRUNC),
-                              append=bool(flags & os.O_APPEND))  # fmt: skip
+            fh = self.fs.open(
+                inode,
+                write=write,
+                truncate=bool(flags & os.O_TRUNC),
+                append=bool(flags & os.O_APPEND),
+            )
             # The page cache survives across opens: every change that bypasses the kernel is
             # invalidated (changes from elsewhere) or flagged for the next open (rollbacks).
             return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(inode))

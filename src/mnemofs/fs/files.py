@@ -214,9 +214,12 @@ class FilesMixin(TreeBase):
                 of.dirty = False  # identical content: no version
                 return
             memory, created = self.service.save_file(
-                mount.store_id, path, decode_content(data), memory_id=node.memory_id,
+                mount.store_id,
+                path,
+                decode_content(data),
+                memory_id=node.memory_id,
                 actor=self.actor,
-            )  # fmt: skip
+            )
             if created:
                 mount.count += 1
         except (MnemofsError, FsError):

@@ -59,8 +59,15 @@ class NamesMixin(FilesMixin):
                 mount.count -= 1
         self._detach(node)
 
-    def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
-               *, noreplace: bool = False) -> None:  # fmt: skip
+    def rename(
+        self,
+        old_parent: int,
+        old_name: str,
+        new_parent: int,
+        new_name: str,
+        *,
+        noreplace: bool = False,
+    ) -> None:
         src_dir, dst_dir = self.node(old_parent), self.node(new_parent)
         node = self.child(src_dir, old_name)
         mount = self._writable(src_dir, "rename")
@@ -97,9 +104,12 @@ class NamesMixin(FilesMixin):
     ) -> None:
         if node.memory_id is not None:
             memory = self.service.update_memory(
-                mount.store_id, node.memory_id, path=new_path, actor=self.actor,
+                mount.store_id,
+                node.memory_id,
+                path=new_path,
+                actor=self.actor,
                 keep_directory=True,
-            )  # fmt: skip
+            )
             self._apply_memory(node, memory)
         self._move(node, dst_dir, new_name)
         if node.temporary and not TEMP_NAME.match(new_name):
@@ -114,8 +124,9 @@ class NamesMixin(FilesMixin):
         """``rename(node, target)``: the target keeps its id and takes node's content."""
         if target.memory_id is None:  # the target was never saved: plain replace
             self._detach(target)
-            self._rename_file(mount, node, target.parent or self.root, target.name,
-                              self.path(target))  # fmt: skip
+            self._rename_file(
+                mount, node, target.parent or self.root, target.name, self.path(target)
+            )
             return
         self.save(node)  # an open, dirty source is saved first (temporary ones are not)
         data = bytes(node.file.data) if node.file is not None else self._content_of(node)

@@ -45,9 +45,13 @@ class TreeBase:
         for attachment in session.resources:
             slug = attachment.mount_path.rsplit("/", 1)[-1]
             mount = StoreMount(
-                attachment.memory_store_id, slug, attachment.name, attachment.access, False,
+                attachment.memory_store_id,
+                slug,
+                attachment.name,
+                attachment.access,
+                False,
                 evicts=attachment.on_full == "evict-lru",
-            )  # fmt: skip
+            )
             self.mounts.append(mount)
             self._load(mount)
 

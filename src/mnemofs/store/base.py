@@ -154,9 +154,17 @@ class ServiceBase:
         if victim is None:
             return False
         self._write_version(
-            tx, store_id=store_id, memory_id=victim.id, operation="deleted", path=victim.path,
-            content=None, sha=None, size=0, now=utc_now(), actor=EVICT_ACTOR,
-        )  # fmt: skip
+            tx,
+            store_id=store_id,
+            memory_id=victim.id,
+            operation="deleted",
+            path=victim.path,
+            content=None,
+            sha=None,
+            size=0,
+            now=utc_now(),
+            actor=EVICT_ACTOR,
+        )
         tx.run("DELETE FROM memories WHERE id = :id", {"id": victim.id})
         tx.run(
             "UPDATE memory_stores SET memory_count = memory_count - 1 WHERE id = :id",
@@ -218,8 +226,12 @@ class ServiceBase:
         """
         in_list, params = _placeholders("p", [path, *(p[:-1] for p in ancestor_prefixes(path))])
         as_dir = path + "/"
-        params |= {"store": store_id, "lo": as_dir, "hi": prefix_upper_bound(as_dir),
-                   "ignore": ignore or ""}  # fmt: skip
+        params |= {
+            "store": store_id,
+            "lo": as_dir,
+            "hi": prefix_upper_bound(as_dir),
+            "ignore": ignore or "",
+        }
         rows = tx.all(
             f"SELECT path, id FROM memories WHERE store_id = :store AND path IN ({in_list}) "
             "UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
@@ -258,30 +270,62 @@ class ServiceBase:
             "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES "
             "(:id, :store, :memory, :op, :path, :content, :sha, :size, :now, :actor, NULL, "
             ":folded)",
-            {"id": version_id, "store": store_id, "memory": memory_id, "op": operation,
-             "path": path, "content": content, "sha": sha, "size": size, "now": now,
-             "actor": actor or self.actor, "folded": folded_id},
-        )  # fmt: skip
+            {
+                "id": version_id,
+                "store": store_id,
+                "memory": memory_id,
+                "op": operation,
+                "path": path,
+                "content": content,
+                "sha": sha,
+                "size": size,
+                "now": now,
+                "actor": actor or self.actor,
+                "folded": folded_id,
+            },
+        )
         return version_id
 
     def _insert_memory(
-        self, tx: Tx, store_id: str, path: str, content: str, sha: str, size: int,
+        self,
+        tx: Tx,
+        store_id: str,
+        path: str,
+        content: str,
+        sha: str,
+        size: int,
         actor: str | None,
-    ) -> Memory:  # fmt: skip
+    ) -> Memory:
         """The rows of a new memory and its 'created' version (store counted, path checked)."""
         now = utc_now()
         memory_id = MemoryId(new_id(MEMORY_PREFIX))
         version_id = self._write_version(
-            tx, store_id=store_id, memory_id=memory_id, operation="created", path=path,
-            content=content, sha=sha, size=size, now=now, actor=actor,
-        )  # fmt: skip
+            tx,
+            store_id=store_id,
+            memory_id=memory_id,
+            operation="created",
+            path=path,
+            content=content,
+            sha=sha,
+            size=size,
+            now=now,
+            actor=actor,
+        )
         tx.run(
             "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
             "created_at, updated_at, head_version_id, accessed_at) VALUES (:id, :store, :path, "
             ":content, :sha, :size, :now, :now, :version, :now)",
-            {"id": memory_id, "store": store_id, "path": path, "content": content,
-             "sha": sha, "size": size, "now": now, "version": version_id},
-        )  # fmt: skip
+            {
+                "id": memory_id,
+                "store": store_id,
+                "path": path,
+                "content": content,
+                "sha": sha,
+                "size": size,
+                "now": now,
+                "version": version_id,
+            },
+        )
         return Memory(
             id=memory_id,
             memory_store_id=StoreId(store_id),
@@ -322,16 +366,32 @@ class ServiceBase:
         )
         size = len(encoded)
         version_id = self._write_version(
-            tx, store_id=store_id, memory_id=row.id, operation=operation, path=new_path,
-            content=new_content, sha=sha, size=size, now=now, actor=actor, folded_id=folded_id,
-        )  # fmt: skip
+            tx,
+            store_id=store_id,
+            memory_id=row.id,
+            operation=operation,
+            path=new_path,
+            content=new_content,
+            sha=sha,
+            size=size,
+            now=now,
+            actor=actor,
+            folded_id=folded_id,
+        )
         tx.run(
             "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
             "size_bytes = :size, updated_at = :now, head_version_id = :version, "
             "accessed_at = :now WHERE id = :id",
-            {"path": new_path, "content": new_content, "sha": sha, "size": size,
-             "now": now, "version": version_id, "id": row.id},
-        )  # fmt: skip
+            {
+                "path": new_path,
+                "content": new_content,
+                "sha": sha,
+                "size": size,
+                "now": now,
+                "version": version_id,
+                "id": row.id,
+            },
+        )
         if keep_directory and new_path != row.path:
             self._keep_directory(tx, store_id, row.path, now)
         return Memory(
@@ -372,8 +432,11 @@ class ServiceBase:
         """After an erasing change: empty the SQLite WAL, whose older frames still hold what was
         erased (see docs/decisions.md, "Erasure")."""
         if not self.db.clear_wal():
-            log.warning("readers kept the WAL busy: erased text may stay in %s-wal until the "
-                        "next checkpoint", self.db.engine.sqlite_path)  # fmt: skip
+            log.warning(
+                "readers kept the WAL busy: erased text may stay in %s-wal until the "
+                "next checkpoint",
+                self.db.engine.sqlite_path,
+            )
 
     @staticmethod
     def _session(tx: Tx, session_id: str) -> Session:

@@ -128,11 +128,17 @@ def check(tx: Tx, store_id: str | None = None) -> CheckReport:
 
     # Hashes and sizes, in batches by key (content can be large; never load a table at once).
     also = "" if store_id is None else " AND store_id = :store"
-    for row in _batches(tx, "id, path, content, content_sha256, size_bytes", "memories", "id",
-                        "", also, scope):  # fmt: skip
+    for row in _batches(
+        tx, "id, path, content, content_sha256, size_bytes", "memories", "id", "", also, scope
+    ):
         report.memories += 1
-        _check_content(problems, f"memory {row.id} at {row.path!r}", row.content,
-                       row.content_sha256, row.size_bytes)  # fmt: skip
+        _check_content(
+            problems,
+            f"memory {row.id} at {row.path!r}",
+            row.content,
+            row.content_sha256,
+            row.size_bytes,
+        )
     columns = "seq, id, path, operation, content, content_sha256, size_bytes, redacted_at"
     for row in _batches(tx, columns, "memory_versions", "seq", -1, also, scope):
         report.versions += 1

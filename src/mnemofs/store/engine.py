@@ -155,9 +155,11 @@ def _sqlite_connection(path: str) -> sqlite3.Connection:
     # cannot be IMMEDIATE). Each thread has its own connection (sql.py), but closing them all
     # happens from one thread, hence check_same_thread=False.
     conn = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False,
+        path,
+        isolation_level=None,
+        check_same_thread=False,
         timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
-    )  # fmt: skip
+    )
     _configure_sqlite(conn)
     return conn
 

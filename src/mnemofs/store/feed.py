@@ -101,8 +101,13 @@ class FeedMixin(ServiceBase):
             for r in rows:
                 version = _version(r)
                 if r.folded_id is not None:  # the folded memory is gone (see rename_over)
-                    gone = replace(version, memory_id=MemoryId(r.folded_id), operation="deleted",
-                                   content_sha256=None, size_bytes=0)  # fmt: skip
+                    gone = replace(
+                        version,
+                        memory_id=MemoryId(r.folded_id),
+                        operation="deleted",
+                        content_sha256=None,
+                        size_bytes=0,
+                    )
                     out.append(Change(int(r.seq), gone))
                 out.append(Change(int(r.seq), version))
             return out

@@ -160,9 +160,17 @@ class MemoriesMixin(ServiceBase):
             row = self._memory_row(tx, store_id, memory_id)
             now = utc_now()
             version_id = self._write_version(
-                tx, store_id=store_id, memory_id=memory_id, operation="deleted", path=row.path,
-                content=None, sha=None, size=0, now=now, actor=actor,
-            )  # fmt: skip
+                tx,
+                store_id=store_id,
+                memory_id=memory_id,
+                operation="deleted",
+                path=row.path,
+                content=None,
+                sha=None,
+                size=0,
+                now=now,
+                actor=actor,
+            )
             tx.run("DELETE FROM memories WHERE id = :id", {"id": memory_id})
             if keep_directory:
                 self._keep_directory(tx, store_id, row.path, now)

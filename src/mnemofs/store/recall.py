@@ -50,8 +50,10 @@ class RecallMixin(ServiceBase):
                     f"ORDER BY score, m.path LIMIT {limit}",
                     {"match": match, "store": store_id},
                 )
-                return [SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet,
-                                  -float(r.score)) for r in rows]  # fmt: skip
+                return [
+                    SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet, -float(r.score))
+                    for r in rows
+                ]
             rows = tx.all(
                 "SELECT m.id, m.path, ts_rank(m.search_vector, q) AS score, "
                 "ts_headline('simple', m.content, q, 'StartSel=[, StopSel=], MaxWords=16, "
@@ -61,8 +63,10 @@ class RecallMixin(ServiceBase):
                 f"ORDER BY score DESC, m.path LIMIT {limit}",
                 {"query": " ".join(words), "store": store_id},
             )
-            return [SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet,
-                              float(r.score)) for r in rows]  # fmt: skip
+            return [
+                SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet, float(r.score))
+                for r in rows
+            ]
 
         return self._read(run)
 
@@ -106,8 +110,11 @@ class RecallMixin(ServiceBase):
                     text = row.content.strip()
                     if len(words) > left:
                         kept = words[-left:] if store.kind == "journal" else words[:left]
-                        text = ("[…] " + " ".join(kept)) if store.kind == "journal" else (
-                            " ".join(kept) + " […]")  # fmt: skip
+                        text = (
+                            ("[…] " + " ".join(kept))
+                            if store.kind == "journal"
+                            else (" ".join(kept) + " […]")
+                        )
                     left -= min(left, len(words))
                     parts.append(
                         f"\n### {store.mount_path}{row.path} (store {store.name!r}, updated "

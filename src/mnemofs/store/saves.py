@@ -34,9 +34,14 @@ class SavesMixin(ServiceBase):
     """Saves as a filesystem makes them (the mount and sync mode): whole-file saves, renames"""
 
     def save_file(
-        self, store_id: str, path: str, content: str, *, memory_id: str | None = None,
+        self,
+        store_id: str,
+        path: str,
+        content: str,
+        *,
+        memory_id: str | None = None,
         actor: str | None = None,
-    ) -> tuple[Memory, bool]:  # fmt: skip
+    ) -> tuple[Memory, bool]:
         """Save a file's whole content as one version, in one transaction; also say whether a
         memory was created. The version goes to ``memory_id`` while it exists (wherever it
         moved), else to the memory another writer put at ``path`` meanwhile (on a shared
@@ -109,13 +114,28 @@ class SavesMixin(ServiceBase):
                 tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
             else:
                 self._write_version(
-                    tx, store_id=store_id, memory_id=source_id, operation="deleted",
-                    path=source.path, content=None, sha=None, size=0, now=now, actor=actor,
-                )  # fmt: skip
+                    tx,
+                    store_id=store_id,
+                    memory_id=source_id,
+                    operation="deleted",
+                    path=source.path,
+                    content=None,
+                    sha=None,
+                    size=0,
+                    now=now,
+                    actor=actor,
+                )
             tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
             self._keep_directory(tx, store_id, source.path, now)
-            return self._apply_update(tx, store_id, target, target.path, source.content, actor,
-                                      folded_id=source_id if folded else None)  # fmt: skip
+            return self._apply_update(
+                tx,
+                store_id,
+                target,
+                target.path,
+                source.content,
+                actor,
+                folded_id=source_id if folded else None,
+            )
 
         return self._write(run)
 

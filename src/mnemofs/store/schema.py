@@ -167,7 +167,15 @@ session_attachments = Table(
 
 
 # Made by migration 0004 with raw SQL; the schema comparison in the tests leaves them out.
-SEARCH_OBJECTS = frozenset({
-    "memories_fts", "memories_fts_data", "memories_fts_idx", "memories_fts_content",
-    "memories_fts_docsize", "memories_fts_config", "search_vector", "ix_memories_search_vector",
-})  # fmt: skip
+SEARCH_OBJECTS = frozenset(
+    {
+        "memories_fts",
+        "memories_fts_data",
+        "memories_fts_idx",
+        "memories_fts_content",
+        "memories_fts_docsize",
+        "memories_fts_config",
+        "search_vector",
+        "ix_memories_search_vector",
+    }
+)

@@ -96,10 +96,15 @@ class SessionsMixin(ServiceBase):
                     "INSERT INTO session_attachments (session_id, position, store_id, access, "
                     "instructions, slug) VALUES (:session, :position, :store, :access, "
                     ":instructions, :slug)",
-                    {"session": session_id, "position": position, "store": spec["store_id"],
-                     "access": spec["access"], "instructions": spec["instructions"],
-                     "slug": slug},
-                )  # fmt: skip
+                    {
+                        "session": session_id,
+                        "position": position,
+                        "store": spec["store_id"],
+                        "access": spec["access"],
+                        "instructions": spec["instructions"],
+                        "slug": slug,
+                    },
+                )
             return self._session(tx, session_id)
 
         return self._write(run)

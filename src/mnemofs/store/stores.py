@@ -81,10 +81,18 @@ class StoresMixin(ServiceBase):
                 "archived_at, memory_count, revision, kind, owner, on_full, secrets) VALUES "
                 "(:id, :name, :description, :created_at, :updated_at, NULL, 0, 0, :kind, "
                 ":owner, :on_full, :secrets)",
-                {"id": store.id, "name": name, "description": description,
-                 "created_at": now, "updated_at": now, "kind": kind, "owner": owner,
-                 "on_full": on_full, "secrets": secrets},
-            )  # fmt: skip
+                {
+                    "id": store.id,
+                    "name": name,
+                    "description": description,
+                    "created_at": now,
+                    "updated_at": now,
+                    "kind": kind,
+                    "owner": owner,
+                    "on_full": on_full,
+                    "secrets": secrets,
+                },
+            )
             return store
 
         return self._write(run)
@@ -169,12 +177,15 @@ class StoresMixin(ServiceBase):
                 "UPDATE memory_stores SET name = :name, description = :description, "
                 "on_full = :on_full, secrets = :secrets, updated_at = :now, "
                 "revision = revision + 1 WHERE id = :id",
-                {"name": row.name if name is None else name,
-                 "description": row.description if description is None else description,
-                 "on_full": row.on_full if on_full is None else on_full,
-                 "secrets": row.secrets if secrets is None else secrets,
-                 "now": utc_now(), "id": store_id},
-            )  # fmt: skip
+                {
+                    "name": row.name if name is None else name,
+                    "description": row.description if description is None else description,
+                    "on_full": row.on_full if on_full is None else on_full,
+                    "secrets": row.secrets if secrets is None else secrets,
+                    "now": utc_now(),
+                    "id": store_id,
+                },
+            )
             self._notify(tx, store_id)
             return _store(self._store_row(tx, store_id))
 

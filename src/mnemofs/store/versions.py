@@ -173,10 +173,16 @@ class VersionsMixin(ServiceBase):
                 return found
             for r in rows:
                 found += [
-                    SecretFinding(StoreId(r.store_id), MemoryId(r.memory_id), VersionId(r.id),
-                                  r.path, f.line, f.kind)
+                    SecretFinding(
+                        StoreId(r.store_id),
+                        MemoryId(r.memory_id),
+                        VersionId(r.id),
+                        r.path,
+                        f.line,
+                        f.kind,
+                    )
                     for f in find_secrets(r.content)
-                ]  # fmt: skip
+                ]
             after = rows[-1].seq
 
     def scrub(self) -> None:

@@ -33,8 +33,12 @@ def test_unit_commands_mount_save_and_restart(tmp_path: Path) -> None:
     service = MemoryService(make_engine(f"sqlite:///{db}"), actor="api")
     store = service.create_store("Notes").id
     session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
-    env = {"MNEMOFS_DB": str(db), "MNEMOFS_SESSION": session.id,
-           "MNEMOFS_AGENT_UID": "1000", "MNEMOFS_AGENT_GID": "1000"}  # fmt: skip
+    env = {
+        "MNEMOFS_DB": str(db),
+        "MNEMOFS_SESSION": session.id,
+        "MNEMOFS_AGENT_UID": "1000",
+        "MNEMOFS_AGENT_GID": "1000",
+    }
     settings = unit_settings()
     assert settings["KillSignal"] == "SIGTERM"
 
@@ -48,9 +52,12 @@ def test_unit_commands_mount_save_and_restart(tmp_path: Path) -> None:
         for _ in range(2):  # start, save, stop; then the same again (a restart)
             subprocess.run(pre, check=True)
             daemon = subprocess.Popen(
-                shlex.split(command("ExecStart")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env={"PATH": "/usr/bin:/bin", "MNEMOFS_DB": str(db)},
-            )  # fmt: skip
+                shlex.split(command("ExecStart")),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={"PATH": "/usr/bin:/bin", "MNEMOFS_DB": str(db)},
+            )
             try:
                 assert daemon.stdout is not None
                 assert daemon.stdout.readline().startswith("mnemofs: mounted")
