@@ -28,6 +28,8 @@ from mnemofs.store import MemoryService, make_engine
 from .conftest import pg_url
 from .mounted import mounted
 
+pytestmark = pytest.mark.containers
+
 SKIP_ENV = "MNEMOFS_SKIP_CONTAINERS"
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "localhost/mnemofs:test"

@@ -19,6 +19,8 @@ from mnemofs.store import Engine, MemoryService
 
 from .mounted import mounted, run
 
+pytestmark = pytest.mark.mounted
+
 # A writer saves files in a loop, in one of a few names of its own, and after each close() that
 # returned records what it saved. It stops at the first error (the daemon is gone).
 WRITER = textwrap.dedent(

@@ -122,6 +122,7 @@ def test_postgres_scrub_removes_dead_tuples() -> None:
     service.close()
 
 
+@pytest.mark.mounted
 def test_redacted_content_reaches_no_mount_folder_or_search(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ directly on a real database (both backends)."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,6 +14,13 @@ from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Memory
 from mnemofs.paths import TEMP_NAME
 from mnemofs.store import MemoryService
+
+
+@pytest.fixture(autouse=True)
+def database_checks_clean_after(service: MemoryService) -> Iterator[None]:
+    """After every kernel-free filesystem test, the database passes ``db check``."""
+    yield
+    assert service.check().problems == []
 
 
 @pytest.fixture

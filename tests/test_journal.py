@@ -203,6 +203,7 @@ def test_sessions_attach_journals_read_only(service: MemoryService, journal: str
     assert service.create_session([{"memory_store_id": notes}]).resources[0].access == "read_write"
 
 
+@pytest.mark.mounted
 def test_journal_through_the_mount_is_read_only(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

@@ -21,6 +21,8 @@ from mnemofs.store import Engine, MemoryService, make_engine
 
 from .mounted import Daemon, mounted, run, versions, wait_for
 
+pytestmark = pytest.mark.mounted
+
 
 @dataclass
 class Env:

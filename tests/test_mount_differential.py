@@ -27,6 +27,8 @@ from mnemofs.store import MemoryService, make_engine
 
 from .mounted import mounted, wait_for
 
+pytestmark = pytest.mark.mounted
+
 names = st.sampled_from(["a", "b", "c.md"])
 rel_paths = st.lists(names, min_size=1, max_size=3).map("/".join)
 texts = st.text(

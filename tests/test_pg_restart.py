@@ -27,7 +27,8 @@ from mnemofs.store import MemoryService, make_engine
 from .conftest import SKIP_PG_ENV
 from .mounted import mounted, wait_for
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.mounted, pytest.mark.postgres]
+
 
 
 class PgServer:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .mounted import require_fuse
 
 MARKER = "content-marker-7f3a9"
@@ -62,6 +64,7 @@ def test_the_default_data_directory_is_tightened_once(tmp_path: Path) -> None:
     assert "owner-only" not in cli(env, "stores", "list").stderr  # said once
 
 
+@pytest.mark.mounted
 def test_mount_records_logs_and_sync_files_are_owner_only(tmp_path: Path) -> None:
     require_fuse()
     env = clean_env(tmp_path)

@@ -86,6 +86,7 @@ def test_context_is_newest_first_within_the_word_cap(service: MemoryService) -> 
     assert service.context(empty.id) == ""
 
 
+@pytest.mark.mounted
 def test_mount_and_cli_show_a_user_nothing_of_another(
     engine: Engine, db_url: str, tmp_path: Path, users: dict[str, str]
 ) -> None:
@@ -205,6 +206,7 @@ def test_evict_lru_makes_room_by_least_recent_access(
     assert service.get_store(lru).on_full == "refuse"  # the refused update changed nothing
 
 
+@pytest.mark.mounted
 def test_reads_through_the_mount_count_as_access(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

@@ -11,10 +11,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import mounted, run
+
+pytestmark = pytest.mark.mounted
 
 # Every write is whole 32-byte records and every offset a multiple of 32, so whatever the
 # interleaving, a file is a run of whole records (as on any POSIX filesystem); a NUL byte or a

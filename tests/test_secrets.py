@@ -122,6 +122,7 @@ def test_cli_names_kind_and_line_and_scan_reports_without_the_secret(
     assert cli("db", "scan-secrets", "--store", "Notes").returncode == 0
 
 
+@pytest.mark.mounted
 def test_the_mount_says_eacces_at_close_and_logs_kind_and_line(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

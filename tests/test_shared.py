@@ -10,9 +10,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import mounted, wait_for
+
+pytestmark = pytest.mark.mounted
 
 WRITER = textwrap.dedent(
     """

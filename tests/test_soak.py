@@ -14,6 +14,8 @@ import pytest
 from .conftest import pg_url
 from .mounted import require_fuse
 
+pytestmark = pytest.mark.mounted
+
 SOAK = Path(__file__).parent.parent / "scripts" / "soak.py"
 
 

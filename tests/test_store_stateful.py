@@ -145,9 +145,9 @@ def machine_for(make_service: Callable[[], MemoryService]) -> type[RuleBasedStat
             }
             assert heads <= {v.id for v in versions}
 
-        def teardown(self) -> None:
-            report = self.service.check(self.store)
-            assert report.problems == []
+        @invariant()
+        def database_checks_clean(self) -> None:  # after every step, as s3ql runs fsck
+            assert self.service.check(self.store).problems == []
 
     return StoreMachine
 

@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mnemofs.store import MemoryService, make_engine
 
 from .mounted import require_fuse
+
+pytestmark = pytest.mark.mounted
 
 UNIT = Path(__file__).resolve().parent.parent / "contrib" / "systemd" / "mnemofs.service"
 

@@ -1,0 +1,96 @@
+"""The pyfuse3 adapter without the kernel (the trio side, through pytest-trio): FUSE requests
+in, attributes and errnos out, on a real database. Only translation is tested here; what the
+filesystem does is test_fs_core's, and the kernel's part test_mount's."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyfuse3
+import pytest
+
+from mnemofs.fs.access import Owner
+from mnemofs.fs.adapter import Adapter
+from mnemofs.fs.core import ROOT_INO, MemoryFs
+from mnemofs.store import MemoryService
+
+OWNER = 4100
+
+
+@dataclass
+class Ctx:
+    """What pyfuse3 passes with a request: who asks."""
+
+    uid: int = OWNER
+    gid: int = OWNER
+    pid: int = os.getpid()
+    umask: int = 0o022
+
+
+@pytest.fixture
+def adapter(service: MemoryService) -> Iterator[Adapter]:
+    rw = service.create_store("Notes").id
+    ro = service.create_store("Docs").id
+    service.create_memory(rw, "/a.md", "alpha\n")
+    service.create_memory(ro, "/d.md", "docs\n")
+    session = service.create_session(
+        [{"memory_store_id": rw}, {"memory_store_id": ro, "access": "read_only"}],
+        mount_root="/mnt/memory",
+    )
+    yield Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, OWNER))
+    assert service.check().problems == []
+
+
+async def code(coro: object) -> int:
+    with pytest.raises(pyfuse3.FUSEError) as info:
+        await coro  # type: ignore[misc]
+    return info.value.errno
+
+
+@pytest.mark.trio
+async def test_a_save_through_the_requests(adapter: Adapter) -> None:
+    notes = await adapter.lookup(ROOT_INO, b"notes", Ctx())
+    assert stat.S_IMODE(notes.st_mode) == 0o700
+    entry = await adapter.lookup(notes.st_ino, b"a.md", Ctx())
+    assert (stat.S_IMODE(entry.st_mode), entry.st_uid, entry.st_size) == (0o600, OWNER, 6)
+    info = await adapter.open(entry.st_ino, os.O_WRONLY | os.O_APPEND, Ctx())
+    assert await adapter.write(info.fh, 0, b"beta\n") == 5  # O_APPEND: at the end
+    await adapter.flush(info.fh)
+    await adapter.release(info.fh)
+    assert (await adapter.getattr(entry.st_ino, Ctx())).st_size == 11
+    store = adapter.fs.mounts[0].store_id
+    assert adapter.fs.service.find_memory(store, "/a.md").content == "alpha\nbeta\n"
+    memory_id = await adapter.getxattr(entry.st_ino, b"user.mnemofs.memory_id", Ctx())
+    assert memory_id.decode().startswith("mem_")
+
+
+@pytest.mark.trio
+async def test_refusals_become_errnos(adapter: Adapter) -> None:
+    docs = await adapter.lookup(ROOT_INO, b"docs", Ctx())
+    doc = await adapter.lookup(docs.st_ino, b"d.md", Ctx())
+    assert await code(adapter.open(doc.st_ino, os.O_WRONLY, Ctx())) == errno.EROFS
+    assert await code(adapter.mkdir(ROOT_INO, b"x", 0o755, Ctx())) == errno.EROFS
+    assert await code(adapter.lookup(docs.st_ino, b"nope", Ctx())) == errno.ENOENT
+    stranger = Ctx(uid=4300, gid=4300)
+    assert await code(adapter.lookup(docs.st_ino, b"d.md", stranger)) == errno.EACCES
+    assert await code(adapter.open(doc.st_ino, os.O_RDONLY, stranger)) == errno.EACCES
+    assert await code(adapter.symlink(docs.st_ino, b"l", b"/etc", Ctx())) == errno.EPERM
+    assert await code(adapter.getxattr(doc.st_ino, b"user.other", Ctx())) == errno.ENODATA
+    assert await code(adapter.setxattr(doc.st_ino, b"user.x", b"1", Ctx())) == errno.ENOTSUP
+
+
+@pytest.mark.trio
+async def test_group_access_lets_members_in(service: MemoryService) -> None:
+    store = service.create_store("Shared").id
+    service.create_memory(store, "/s.md", "shared\n")
+    session = service.create_session([{"memory_store_id": store}], mount_root="/m")
+    adapter = Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, 5000, True))
+    shared = await adapter.lookup(ROOT_INO, b"shared", Ctx(uid=4400, gid=5000))
+    assert stat.S_IMODE(shared.st_mode) == 0o770
+    assert await code(adapter.lookup(ROOT_INO, b"shared", Ctx(uid=4300, gid=4300))) == (
+        errno.EACCES
+    )
