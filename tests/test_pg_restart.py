@@ -30,7 +30,6 @@ from .mounted import mounted, wait_for
 pytestmark = [pytest.mark.mounted, pytest.mark.postgres]
 
 
-
 class PgServer:
     """A throwaway PostgreSQL cluster on a Unix socket that a test may stop and start."""
 

@@ -167,3 +167,15 @@ def test_sync_reports_a_refused_file_without_the_secret(
     )
     assert AWS not in "".join(report.errors)
     assert list(service.list_memories(store)) == []
+
+
+def test_only_what_a_save_adds_is_screened(service: MemoryService) -> None:
+    """A credential stored while the store allowed it does not block later edits of that
+    memory; a new one in the lines an edit adds is refused, on its own line number."""
+    sid = service.create_store("Old", secrets="allow").id
+    memory = service.create_memory(sid, "/a.md", f"old {AWS}\n")
+    service.update_store(sid, secrets="refuse")
+    service.update_memory(sid, memory.id, content=f"old {AWS}\nmore notes\n")
+    with pytest.raises(SecretDetected, match="GitHub Token on line 3"):
+        service.save_file(sid, "/a.md", f"old {AWS}\nmore notes\n{GITHUB}\n")
+    assert service.get_memory(sid, memory.id).content == f"old {AWS}\nmore notes\n"

@@ -117,8 +117,22 @@ def _checks() -> list[tuple[Any, Any, re.Pattern[str] | None, bool]]:
     return checks
 
 
-def find_secrets(text: str) -> list[Finding]:
-    """Every credential in ``text``, in line order (one finding per kind and line)."""
+def find_secrets(text: str, *, known: str | None = None) -> list[Finding]:
+    """Every credential in ``text``, in line order (one finding per kind and line). With
+    ``known`` (what was stored before), only lines that are not in it are looked at: every
+    detector matches within one line, and an append or an edit then costs what it changed."""
+    if known is None:
+        return _find(text)
+    seen = set(known.split("\n"))
+    numbers = [n for n, line in enumerate(text.split("\n"), 1) if line not in seen]
+    if not numbers:
+        return []
+    lines = text.split("\n")
+    found = _find("\n".join(lines[n - 1] for n in numbers))
+    return [Finding(f.kind, numbers[f.line - 1]) for f in found]
+
+
+def _find(text: str) -> list[Finding]:
     findings: set[Finding] = set()
     lowered = text.lower()
     for detector, pattern, needs, blind in _checks():

@@ -132,7 +132,7 @@ class MemoriesMixin(ServiceBase):
             new_path = row.path if path is None else path
             new_content = row.content if content is None else content
             if new_content != row.content:
-                _screen(policy, store_id, new_path, new_content)
+                _screen(policy, store_id, new_path, new_content, row.content)
             if new_path != row.path:
                 self._check_path_free(tx, store_id, new_path, ignore=memory_id)
             return self._apply_update(

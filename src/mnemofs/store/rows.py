@@ -222,11 +222,14 @@ def _validate_secrets(policy: object) -> SecretsPolicy:
     return policy  # type: ignore[return-value,unused-ignore]
 
 
-def _screen(policy: str, store_id: str, path: str, content: str) -> None:
-    """Refuse ``content`` for ``path`` if the store refuses secrets and it holds one."""
+def _screen(
+    policy: str, store_id: str, path: str, content: str, known: str | None = None
+) -> None:
+    """Refuse ``content`` for ``path`` if the store refuses secrets and it holds one (in the
+    lines it adds to ``known``, the content it replaces)."""
     if policy != "refuse":
         return
-    findings = find_secrets(content)
+    findings = find_secrets(content, known=known)
     if not findings:
         return
     more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""

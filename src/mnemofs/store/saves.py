@@ -67,7 +67,7 @@ class SavesMixin(ServiceBase):
                 )
             if row is not None:
                 if content != row.content:
-                    _screen(policy, store_id, row.path, content)
+                    _screen(policy, store_id, row.path, content, row.content)
                 return self._apply_update(tx, store_id, row, row.path, content, actor), False
             _screen(policy, store_id, path, content)
             self._change_store(tx, store_id, +1, room_for=path)
