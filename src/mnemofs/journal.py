@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from mnemofs import limits
 from mnemofs.errors import InvalidRequest
 from mnemofs.models import Memory
 from mnemofs.store import MemoryService
 
-DEFAULT_MAX_TEXT_LENGTH = 2000
+DEFAULT_MAX_TEXT_LENGTH = limits.DEFAULT_JOURNAL_TEXT_CHARS
 FIELDS = ("at", "sessionId", "channelId", "status", "title", "userMessage", "result", "usage")
 STATUSES = ("completed", "failed")
 TRUNCATED = ("userMessage", "result")

@@ -26,3 +26,8 @@ DEFAULT_MOUNT_ROOT = "/mnt/memory"
 # Recall: how many words of memory `mnemofs context` gives a turn by default.
 DEFAULT_CONTEXT_WORDS = 4_000
 DEFAULT_SEARCH_LIMIT = 10  # hits a search returns unless asked for more
+
+# Turn journals: `userMessage`, `result` and `title` are cut to this many code points.
+DEFAULT_JOURNAL_TEXT_CHARS = 2_000
+
+MAX_USER_ID_CHARS = 255  # an end user's id (a store's owner, a session's user)

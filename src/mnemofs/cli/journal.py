@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from mnemofs import errors
+from mnemofs import errors, limits
 from mnemofs.cli.common import (
     Context,
     emit,
@@ -26,7 +26,7 @@ def journal() -> None:
 @click.option(
     "--max-text-length",
     type=int,
-    default=2000,
+    default=limits.DEFAULT_JOURNAL_TEXT_CHARS,
     show_default=True,
     help="Truncate userMessage, result and title to this many characters.",
 )

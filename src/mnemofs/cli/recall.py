@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from mnemofs import limits
 from mnemofs.cli.common import (
     Context,
     emit,
@@ -17,7 +18,7 @@ from mnemofs.cli.common import (
 @click.option(
     "--max-words",
     type=int,
-    default=4000,
+    default=limits.DEFAULT_CONTEXT_WORDS,
     show_default=True,
     help="At most this many words of memory content.",
 )
@@ -31,7 +32,13 @@ def context_command(ctx: Context, session: str, max_words: int) -> None:
 @click.command("search")
 @click.argument("store")
 @click.argument("query")
-@click.option("--limit", type=int, default=10, show_default=True, help="At most this many hits.")
+@click.option(
+    "--limit",
+    type=int,
+    default=limits.DEFAULT_SEARCH_LIMIT,
+    show_default=True,
+    help="At most this many hits.",
+)
 @pass_ctx
 def search_command(ctx: Context, store: str, query: str, limit: int) -> None:
     """Find STORE's live memories holding every word of QUERY, best first, with a snippet."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyfuse3
 
-from mnemofs import errors
+from mnemofs import errors, limits
 from mnemofs.fs.access import Owner
 from mnemofs.fs.core import ROOT_INO, FsError, MemoryFs, Node
 
@@ -361,7 +361,7 @@ class Adapter(pyfuse3.Operations):
             data.f_bfree = data.f_bavail = free
             data.f_files = files
             data.f_ffree = data.f_favail = free_files
-            data.f_namemax = 255
+            data.f_namemax = limits.MAX_SEGMENT_BYTES
             return data
         except Exception as exc:
             raise fuse_error(exc, "statfs") from None

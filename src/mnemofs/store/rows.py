@@ -202,11 +202,13 @@ def _validate_store_name(name: object) -> str:
 
 
 def _validate_user(user: object, what: str) -> str:
-    """An end user's id: up to 255 printable characters; "" for none."""
+    """An end user's id: up to ``MAX_USER_ID_CHARS`` printable characters; "" for none."""
     if user is None:
         return ""
-    if not isinstance(user, str) or len(user) > 255 or not user.isprintable():
-        raise InvalidRequest(f"{what} must be up to 255 printable characters, got {user!r}")
+    if not isinstance(user, str) or len(user) > limits.MAX_USER_ID_CHARS or not user.isprintable():
+        raise InvalidRequest(
+            f"{what} must be up to {limits.MAX_USER_ID_CHARS} printable characters, got {user!r}"
+        )
     return user.strip()
 
 
@@ -222,9 +224,7 @@ def _validate_secrets(policy: object) -> SecretsPolicy:
     return policy  # type: ignore[return-value,unused-ignore]
 
 
-def _screen(
-    policy: str, store_id: str, path: str, content: str, known: str | None = None
-) -> None:
+def _screen(policy: str, store_id: str, path: str, content: str, known: str | None = None) -> None:
     """Refuse ``content`` for ``path`` if the store refuses secrets and it holds one (in the
     lines it adds to ``known``, the content it replaces)."""
     if policy != "refuse":
