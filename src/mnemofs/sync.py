@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mnemofs.content import Content
 from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.folder import Folder, LinkInPath
 from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME
 from mnemofs.private import FILE_MODE, private_dir, write_private
-from mnemofs.store import MemoryService, decode_content
+from mnemofs.store import MemoryService
 
 log = logging.getLogger("mnemofs.sync")
 
@@ -433,7 +434,7 @@ class SyncWorker:
     ) -> None:
         try:
             known = base.memory_id if base else None
-            text = decode_content(data)
+            text = Content.from_bytes(data)
             memory, _ = self.service.save_file(store_id, path, text, memory_id=known)
         except MnemofsError as exc:
             self._report(

@@ -5,11 +5,11 @@ the rules for temporary files (see ``core.py`` for the whole story).
 from __future__ import annotations
 
 import errno
-import hashlib
 import time
 from collections.abc import Iterator
 
 from mnemofs import limits
+from mnemofs.content import Content
 from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.fs.nodes import (
     CONTENT_CACHE_ENTRIES,
@@ -24,7 +24,6 @@ from mnemofs.fs.nodes import (
 )
 from mnemofs.fs.tree import TreeBase
 from mnemofs.paths import TEMP_NAME
-from mnemofs.store import decode_content
 
 
 class FilesMixin(TreeBase):
@@ -210,15 +209,12 @@ class FilesMixin(TreeBase):
             if of.failed:
                 raise FsError(of.failed, f"{path!r}: an earlier write failed; not saved")
             data = bytes(of.data)
-            if node.memory_id is not None and hashlib.sha256(data).hexdigest() == node.sha256:
+            content = Content.from_bytes(data)  # checked and hashed once, down to the SQL
+            if node.memory_id is not None and content.sha256 == node.sha256:
                 of.dirty = False  # identical content: no version
                 return
             memory, created = self.service.save_file(
-                mount.store_id,
-                path,
-                decode_content(data),
-                memory_id=node.memory_id,
-                actor=self.actor,
+                mount.store_id, path, content, memory_id=node.memory_id, actor=self.actor
             )
             if created:
                 mount.count += 1
@@ -227,7 +223,7 @@ class FilesMixin(TreeBase):
             raise
         of.dirty = of.unknown = False
         self._apply_memory(node, memory)
-        self._cache(node, bytes(of.data))
+        self._cache(node, data)
 
     def _undo_failed_save(self, node: Node) -> None:
         assert node.file is not None

@@ -6,6 +6,7 @@ import errno
 import time
 from contextlib import suppress
 
+from mnemofs.content import Content
 from mnemofs.errors import NotFound
 from mnemofs.fs.files import FilesMixin
 from mnemofs.fs.nodes import (
@@ -16,7 +17,6 @@ from mnemofs.fs.nodes import (
     _now_ns,
 )
 from mnemofs.paths import TEMP_NAME
-from mnemofs.store import decode_content
 
 
 class NamesMixin(FilesMixin):
@@ -138,7 +138,7 @@ class NamesMixin(FilesMixin):
             mount.count -= 1
         else:
             memory = self.service.update_memory(
-                mount.store_id, target.memory_id, content=decode_content(data), actor=self.actor
+                mount.store_id, target.memory_id, content=Content.from_bytes(data), actor=self.actor
             )
         # As on any filesystem, the source's inode now lives under the target's name (that is
         # what the kernel's caches already say); it carries the target's memory from here on.

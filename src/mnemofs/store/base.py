@@ -8,7 +8,6 @@ contract.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from mnemofs import limits
+from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
     NotFound,
@@ -291,12 +291,11 @@ class ServiceBase:
         tx: Tx,
         store_id: str,
         path: str,
-        content: str,
-        sha: str,
-        size: int,
+        new: Content,
         actor: str | None,
     ) -> Memory:
         """The rows of a new memory and its 'created' version (store counted, path checked)."""
+        content, sha, size = new.text, new.sha256, new.size
         now = utc_now()
         memory_id = MemoryId(new_id(MEMORY_PREFIX))
         version_id = self._write_version(
@@ -344,27 +343,23 @@ class ServiceBase:
         store_id: str,
         row: Any,
         new_path: str,
-        new_content: str,
+        new: Content | None,
         actor: str | None,
         *,
         keep_directory: bool = False,
         folded_id: str | None = None,
     ) -> Memory:
-        """Write a memory's new path and/or content and its one version (none if unchanged).
-
-        ``row`` is the memory with its content, the new path already checked free.
+        """Write a memory's new path and/or content (``None``: the same) and its one version;
+        none if nothing changes. Content is compared by hash: ``row`` needs its ``content``
+        column only when ``new`` is None (a rename carries the content into its version).
         """
-        if new_path == row.path and new_content == row.content:
-            return _memory(row, row.content)
+        if new is None:
+            new = Content.stored(row.content, row.content_sha256, row.size_bytes)
+        if new_path == row.path and new.sha256 == row.content_sha256:
+            return _memory(row, new.text)
         operation: Operation = "renamed" if new_path != row.path else "modified"
         now = utc_now()
-        encoded = new_content.encode()
-        sha = (
-            row.content_sha256
-            if new_content == row.content
-            else hashlib.sha256(encoded).hexdigest()
-        )
-        size = len(encoded)
+        new_content, sha, size = new.text, new.sha256, new.size
         version_id = self._write_version(
             tx,
             store_id=store_id,

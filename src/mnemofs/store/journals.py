@@ -5,6 +5,7 @@ whole when full.
 from __future__ import annotations
 
 from mnemofs import limits
+from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
     InvalidRequest,
@@ -17,9 +18,7 @@ from mnemofs.store.rows import (
     _MEMORY_COLS,
     JOURNAL_PATH,
     _screen,
-    sha256_hex,
     utc_now,
-    validate_content,
 )
 from mnemofs.store.sql import Tx
 
@@ -37,13 +36,11 @@ class JournalMixin(ServiceBase):
         """
         if not isinstance(line, str) or not line.endswith("\n") or "\n" in line[:-1]:
             raise InvalidRequest("a journal record is exactly one line, ending in a newline")
-        line = validate_content(line)
-        sha = sha256_hex(line)
-        size = len(line.encode())
+        record = Content.from_text(line)
 
         def run(tx: Tx) -> Memory:
             policy = self._change_store(tx, store_id)  # locks the store first: appends queue
-            _screen(policy, store_id, JOURNAL_PATH, line)
+            _screen(policy, store_id, JOURNAL_PATH, record.text)
             store = self._store_row(tx, store_id)
             if store.kind != "journal":
                 raise InvalidRequest(
@@ -55,14 +52,15 @@ class JournalMixin(ServiceBase):
                 "WHERE store_id = :store AND path = :path",
                 {"store": store_id, "path": JOURNAL_PATH},
             )
-            if row is not None and row.size_bytes + size <= limits.MAX_CONTENT_BYTES:
-                return self._apply_update(tx, store_id, row, row.path, row.content + line, actor)
+            if row is not None and row.size_bytes + record.size <= limits.MAX_CONTENT_BYTES:
+                grown = Content.from_text(row.content + record.text)
+                return self._apply_update(tx, store_id, row, row.path, grown, actor)
             self._change_store(tx, store_id, +1, room_for=JOURNAL_PATH)
             if row is not None:  # rotate: the full file becomes a segment beside the new one
                 segment = self._journal_segment_path(tx, store_id)
-                self._apply_update(tx, store_id, row, segment, row.content, actor)
+                self._apply_update(tx, store_id, row, segment, None, actor)
             self._check_path_free(tx, store_id, JOURNAL_PATH)
-            return self._insert_memory(tx, store_id, JOURNAL_PATH, line, sha, size, actor)
+            return self._insert_memory(tx, store_id, JOURNAL_PATH, record, actor)
 
         return self._write(run)
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mnemofs import limits
+from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
     InvalidRequest,
@@ -35,9 +36,7 @@ from mnemofs.store.rows import (
     _precondition_hash,
     _screen,
     _validate_limit,
-    sha256_hex,
     utc_now,
-    validate_content,
 )
 from mnemofs.store.sql import Tx
 
@@ -46,19 +45,17 @@ class MemoriesMixin(ServiceBase):
     """Memories and directories: create, read, update (content, path), delete, list by prefix."""
 
     def create_memory(
-        self, store_id: str, path: str, content: str, *, actor: str | None = None
+        self, store_id: str, path: str, content: str | Content, *, actor: str | None = None
     ) -> Memory:
         """Create a memory; never overwrites (an existing path is a conflict)."""
         path = validate_path(path)
-        content = validate_content(content)
-        sha = sha256_hex(content)
-        size = len(content.encode())
+        new = Content.from_text(content)
 
         def run(tx: Tx) -> Memory:
             policy = self._change_store(tx, store_id, +1, room_for=path)
-            _screen(policy, store_id, path, content)
+            _screen(policy, store_id, path, new.text)
             self._check_path_free(tx, store_id, path)
-            return self._insert_memory(tx, store_id, path, content, sha, size, actor)
+            return self._insert_memory(tx, store_id, path, new, actor)
 
         return self._write(run)
 
@@ -101,7 +98,7 @@ class MemoriesMixin(ServiceBase):
         store_id: str,
         memory_id: str,
         *,
-        content: str | None = None,
+        content: str | Content | None = None,
         path: str | None = None,
         precondition: Mapping[str, str] | str | None = None,
         actor: str | None = None,
@@ -117,8 +114,7 @@ class MemoriesMixin(ServiceBase):
             raise InvalidRequest("nothing to update: give content, a path or both")
         if path is not None:
             path = validate_path(path)
-        if content is not None:
-            content = validate_content(content)
+        new = None if content is None else Content.from_text(content)
         wanted = _precondition_hash(precondition)
 
         def run(tx: Tx) -> Memory:
@@ -130,13 +126,12 @@ class MemoriesMixin(ServiceBase):
                     f"{row.content_sha256}, not {wanted}"
                 )
             new_path = row.path if path is None else path
-            new_content = row.content if content is None else content
-            if new_content != row.content:
-                _screen(policy, store_id, new_path, new_content, row.content)
+            if new is not None and new.sha256 != row.content_sha256:
+                _screen(policy, store_id, new_path, new.text, row.content)
             if new_path != row.path:
                 self._check_path_free(tx, store_id, new_path, ignore=memory_id)
             return self._apply_update(
-                tx, store_id, row, new_path, new_content, actor, keep_directory=keep_directory
+                tx, store_id, row, new_path, new, actor, keep_directory=keep_directory
             )
 
         return self._write(run)

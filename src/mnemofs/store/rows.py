@@ -13,9 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mnemofs import limits
+from mnemofs.content import Content
 from mnemofs.errors import (
-    ContentTooLarge,
-    InvalidContent,
     InvalidRequest,
     SecretDetected,
 )
@@ -87,33 +86,12 @@ def _purge_search_index(tx: Tx) -> None:
 
 def decode_content(data: bytes) -> str:
     """Bytes saved through a file as memory content; ``InvalidContent`` unless valid UTF-8."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidContent(
-            f"content is not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
-        ) from None
-    return validate_content(text)
+    return Content.from_bytes(data).text
 
 
 def validate_content(content: object) -> str:
     """Return ``content`` if it may be stored: UTF-8 text without NUL, within the size limit."""
-    if not isinstance(content, str):
-        raise InvalidRequest(f"content must be a string, got {type(content).__name__}")
-    try:
-        size = len(content.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise InvalidContent(
-            f"content is not valid Unicode text (U+{ord(content[exc.start]):04X} "
-            f"at character {exc.start})"
-        ) from None
-    if size > limits.MAX_CONTENT_BYTES:
-        raise ContentTooLarge(
-            f"content is {size} bytes, over the limit of {limits.MAX_CONTENT_BYTES} bytes"
-        )
-    if "\x00" in content:
-        raise InvalidContent(f"content contains a NUL character at {content.index(chr(0))}")
-    return content
+    return Content.from_text(content).text
 
 
 def _validate_limit(limit: object) -> int:

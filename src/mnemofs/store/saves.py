@@ -4,6 +4,7 @@ over a target (with folds), directory moves.
 
 from __future__ import annotations
 
+from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
     InvalidRequest,
@@ -23,9 +24,7 @@ from mnemofs.store.rows import (
     _MEMORY_COLS,
     _placeholders,
     _screen,
-    sha256_hex,
     utc_now,
-    validate_content,
 )
 from mnemofs.store.sql import Tx
 
@@ -37,7 +36,7 @@ class SavesMixin(ServiceBase):
         self,
         store_id: str,
         path: str,
-        content: str,
+        content: str | Content,
         *,
         memory_id: str | None = None,
         actor: str | None = None,
@@ -48,32 +47,32 @@ class SavesMixin(ServiceBase):
         filesystem both opened the same file: last commit wins), else a new memory at
         ``path``. A directory at ``path`` is a Conflict."""
         path = validate_path(path)
-        content = validate_content(content)
+        new = Content.from_text(content)
 
         def run(tx: Tx) -> tuple[Memory, bool]:
             policy = self._change_store(tx, store_id)  # locks the store before anything is read
+            # The stored content is read only for the secrets screen (what the save adds):
+            # whether anything changed is a comparison of hashes.
+            cols = _MEMORY_COLS + (", content" if policy == "refuse" else "")
             row = None
             if memory_id is not None:
                 row = tx.one(
-                    f"SELECT {_MEMORY_COLS}, content FROM memories "
-                    "WHERE id = :id AND store_id = :store",
+                    f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
                     {"id": memory_id, "store": store_id},
                 )
             if row is None:
                 row = tx.one(
-                    f"SELECT {_MEMORY_COLS}, content FROM memories "
-                    "WHERE store_id = :store AND path = :path",
+                    f"SELECT {cols} FROM memories WHERE store_id = :store AND path = :path",
                     {"store": store_id, "path": path},
                 )
             if row is not None:
-                if content != row.content:
-                    _screen(policy, store_id, row.path, content, row.content)
-                return self._apply_update(tx, store_id, row, row.path, content, actor), False
-            _screen(policy, store_id, path, content)
+                if new.sha256 != row.content_sha256:
+                    _screen(policy, store_id, row.path, new.text, getattr(row, "content", None))
+                return self._apply_update(tx, store_id, row, row.path, new, actor), False
+            _screen(policy, store_id, path, new.text)
             self._change_store(tx, store_id, +1, room_for=path)
             self._check_path_free(tx, store_id, path)
-            sha, size = sha256_hex(content), len(content.encode())
-            return self._insert_memory(tx, store_id, path, content, sha, size, actor), True
+            return self._insert_memory(tx, store_id, path, new, actor), True
 
         return self._write(run)
 
@@ -127,12 +126,13 @@ class SavesMixin(ServiceBase):
                 )
             tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
             self._keep_directory(tx, store_id, source.path, now)
+            moved = Content.stored(source.content, source.content_sha256, source.size_bytes)
             return self._apply_update(
                 tx,
                 store_id,
                 target,
                 target.path,
-                source.content,
+                moved,
                 actor,
                 folded_id=source_id if folded else None,
             )
@@ -192,7 +192,7 @@ class SavesMixin(ServiceBase):
             tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", new_range)
             for row in moving:
                 self._apply_update(
-                    tx, store_id, row, new_prefix + row.path[len(old_prefix) :], row.content, actor
+                    tx, store_id, row, new_prefix + row.path[len(old_prefix) :], None, actor
                 )
             tx.run(
                 "DELETE FROM directories WHERE store_id = :store AND path >= :lo AND path < :hi",

@@ -1,0 +1,62 @@
+"""One memory content, validated and hashed once: its text, the SHA-256 of its UTF-8 bytes and
+their size. Made where a save enters (a mount's buffer, the CLI, a sync upload, the API) and
+carried down to the SQL, so no layer decodes, checks or hashes it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from mnemofs import limits
+from mnemofs.errors import ContentTooLarge, InvalidContent, InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    text: str
+    sha256: str  # hex SHA-256 of the UTF-8 bytes, no normalisation
+    size: int  # bytes
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Content:
+        """Bytes saved through a file; ``InvalidContent`` unless valid UTF-8 without NUL."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidContent(
+                f"content is not valid UTF-8 (byte {exc.start}: "
+                f"{data[exc.start : exc.start + 1]!r})"
+            ) from None
+        return cls._checked(text, data)
+
+    @classmethod
+    def from_text(cls, text: object) -> Content:
+        """Text given as such (CLI, API); ``InvalidRequest`` for anything but a string."""
+        if isinstance(text, Content):
+            return text
+        if not isinstance(text, str):
+            raise InvalidRequest(f"content must be a string, got {type(text).__name__}")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidContent(
+                f"content is not valid Unicode text (U+{ord(text[exc.start]):04X} "
+                f"at character {exc.start})"
+            ) from None
+        return cls._checked(text, data)
+
+    @classmethod
+    def stored(cls, text: str, sha256: str, size: int) -> Content:
+        """Content read back from the database: checked when it was saved."""
+        return cls(text, sha256, size)
+
+    @classmethod
+    def _checked(cls, text: str, data: bytes) -> Content:
+        if len(data) > limits.MAX_CONTENT_BYTES:
+            raise ContentTooLarge(
+                f"content is {len(data)} bytes, over the limit of {limits.MAX_CONTENT_BYTES} bytes"
+            )
+        if "\x00" in text:
+            raise InvalidContent(f"content contains a NUL character at {text.index(chr(0))}")
+        return cls(text, hashlib.sha256(data).hexdigest(), len(data))
