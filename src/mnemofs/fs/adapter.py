@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyfuse3
+import trio
 
 from mnemofs import errors, limits
 from mnemofs.fs.access import Owner
-from mnemofs.fs.core import ROOT_INO, FsError, MemoryFs, Node
+from mnemofs.fs.core import ROOT_INO, FsError, Invalidation, MemoryFs, Node
 
 log = logging.getLogger("mnemofs.fs")
 
@@ -181,7 +182,7 @@ class Adapter(pyfuse3.Operations):
             for name, node in self.fs.readdir(fh, start_id):
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attrs(node), node.ino):
                     break
-                node.lookups += 1  # readdirplus counts as a lookup
+                self.fs.looked_up(node)
         except Exception as exc:
             raise fuse_error(exc, "readdir") from None
 
@@ -283,9 +284,7 @@ class Adapter(pyfuse3.Operations):
             raise fuse_error(exc, "write") from None
 
     def _forget_vanished(self) -> None:
-        while self.fs.vanished:
-            item = self.fs.vanished.pop()
-            pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name), ignore_enoent=True)
+        drop_entries(self.fs.take_vanished())
 
     async def flush(self, fh: int) -> None:
         try:
@@ -365,3 +364,32 @@ class Adapter(pyfuse3.Operations):
             return data
         except Exception as exc:
             raise fuse_error(exc, "statfs") from None
+
+
+# -- the kernel's caches: every invalidation goes through these ---------------------------------
+
+
+def drop_entries(items: list[Invalidation]) -> None:
+    """Tell the kernel to forget these names (pyfuse3 queues it: safe inside a request)."""
+    for item in items:
+        if item.kind == "entry":
+            pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name), ignore_enoent=True)
+
+
+async def drop_caches(items: list[Invalidation]) -> None:
+    """Drop kernel caches. Entries go through pyfuse3's own queue; inodes are invalidated from
+    a worker thread, never from the trio thread: the kernel may first need an answer to a
+    request on that very inode (a writer holding its pages), which only this loop can give."""
+    drop_entries(items)
+    inodes = [item.ino for item in items if item.kind == "inode"]
+    if inodes:
+        await trio.to_thread.run_sync(_invalidate_inodes, inodes)
+
+
+def _invalidate_inodes(inodes: list[int]) -> None:
+    for ino in inodes:
+        try:
+            pyfuse3.invalidate_inode(ino)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                log.warning("cannot invalidate inode %d: %s", ino, exc)

@@ -19,8 +19,8 @@ import trio
 
 from mnemofs.errors import Unavailable
 from mnemofs.fs.access import Owner
-from mnemofs.fs.adapter import Adapter
-from mnemofs.fs.core import Invalidation, MemoryFs
+from mnemofs.fs.adapter import Adapter, drop_caches
+from mnemofs.fs.core import MemoryFs
 from mnemofs.inotify import FileWatch
 from mnemofs.models import Session
 from mnemofs.mounts import (
@@ -83,27 +83,6 @@ def prepare_root(root: str) -> None:
     os.makedirs(root, exist_ok=True)
 
 
-async def _invalidate(items: list[Invalidation]) -> None:
-    """Drop kernel caches. Entries go through pyfuse3's own queue; inodes are invalidated from
-    a worker thread, never from the trio thread: the kernel may first need an answer to a
-    request on that very inode (a writer holding its pages), which only this loop can give."""
-    inodes = [item.ino for item in items if item.kind == "inode"]
-    for item in items:
-        if item.kind == "entry":
-            pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name), ignore_enoent=True)
-    if inodes:
-        await trio.to_thread.run_sync(_invalidate_inodes, inodes)
-
-
-def _invalidate_inodes(inodes: list[int]) -> None:
-    for ino in inodes:
-        try:
-            pyfuse3.invalidate_inode(ino)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                log.warning("cannot invalidate inode %d: %s", ino, exc)
-
-
 async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
     """Notice changes made elsewhere and temp files left alone; drop what the kernel cached.
 
@@ -164,7 +143,7 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
                     # heard at its first write, often before it is visible, and the look that
                     # finds nothing is microseconds; its last write is heard again.
                     looked = trio.current_time()
-                    await _invalidate(fs.refresh())
+                    await drop_caches(fs.refresh())
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
                     promoted = time.monotonic()
                     fs.promote_temporaries()

@@ -159,6 +159,17 @@ class TreeBase:
         node.lookups += 1
         return node
 
+    def take_vanished(self) -> list[Invalidation]:
+        """Names that vanished without the kernel's doing since the last call (a new file whose
+        first save failed), for the adapter to make the kernel forget."""
+        vanished, self.vanished = self.vanished, []
+        return vanished
+
+    def looked_up(self, node: Node) -> None:
+        """The kernel took a reference to ``node`` without a lookup (readdirplus returned it):
+        counted as one, so ``forget`` balances."""
+        node.lookups += 1
+
     def readdir(self, ino: int, after: int) -> Iterator[tuple[str, Node]]:
         """Entries in inode order past ``after``: offsets stay valid while entries change."""
         parent = self.node(ino)
