@@ -229,26 +229,3 @@ class Folder:
                 os.unlink(name, dir_fd=dfd)
         except (FileNotFoundError, NotADirectoryError):
             return
-
-    def chmod(self, path: str, mode: int) -> os.stat_result | None:
-        """Set the mode of the regular file at ``path`` (through a descriptor, never a link)."""
-        parents, name = self._split(path)
-        try:
-            with self._dir(parents) as dfd:
-                try:
-                    fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
-                except OSError as exc:
-                    self._refuse(exc, name, dfd, [*parents, name])
-                    raise
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise LinkInPath(path, "not a regular file")
-            if stat.S_IMODE(st.st_mode) != mode:
-                os.fchmod(fd, mode)
-                st = os.fstat(fd)
-            return st
-        finally:
-            os.close(fd)
