@@ -153,19 +153,7 @@ class ServiceBase:
         )
         if victim is None:
             return False
-        self._write_version(
-            tx,
-            store_id=store_id,
-            memory_id=victim.id,
-            operation="deleted",
-            path=victim.path,
-            content=None,
-            sha=None,
-            size=0,
-            now=utc_now(),
-            actor=EVICT_ACTOR,
-        )
-        tx.run("DELETE FROM memories WHERE id = :id", {"id": victim.id})
+        self._remove_memory(tx, store_id, victim, EVICT_ACTOR, utc_now(), keep_directory=False)
         tx.run(
             "UPDATE memory_stores SET memory_count = memory_count - 1 WHERE id = :id",
             {"id": store_id},
@@ -284,6 +272,28 @@ class ServiceBase:
                 "folded": folded_id,
             },
         )
+        return version_id
+
+    def _remove_memory(
+        self, tx: Tx, store_id: str, row: Any, actor: str | None, now: str, *, keep_directory: bool
+    ) -> VersionId:
+        """Close a memory with a 'deleted' version and remove its row (the store is locked and
+        already counted); ``keep_directory`` keeps a directory the removal empties."""
+        version_id = self._write_version(
+            tx,
+            store_id=store_id,
+            memory_id=row.id,
+            operation="deleted",
+            path=row.path,
+            content=None,
+            sha=None,
+            size=0,
+            now=now,
+            actor=actor,
+        )
+        tx.run("DELETE FROM memories WHERE id = :id", {"id": row.id})
+        if keep_directory:
+            self._keep_directory(tx, store_id, row.path, now)
         return version_id
 
     def _insert_memory(

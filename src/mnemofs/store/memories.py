@@ -154,21 +154,9 @@ class MemoriesMixin(ServiceBase):
             self._change_store(tx, store_id, -1)
             row = self._memory_row(tx, store_id, memory_id)
             now = utc_now()
-            version_id = self._write_version(
-                tx,
-                store_id=store_id,
-                memory_id=memory_id,
-                operation="deleted",
-                path=row.path,
-                content=None,
-                sha=None,
-                size=0,
-                now=now,
-                actor=actor,
+            version_id = self._remove_memory(
+                tx, store_id, row, actor, now, keep_directory=keep_directory
             )
-            tx.run("DELETE FROM memories WHERE id = :id", {"id": memory_id})
-            if keep_directory:
-                self._keep_directory(tx, store_id, row.path, now)
             return MemoryVersion(
                 id=version_id,
                 memory_store_id=StoreId(store_id),

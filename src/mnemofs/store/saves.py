@@ -111,21 +111,10 @@ class SavesMixin(ServiceBase):
             folded = fold and not others and source.content != target.content
             if folded:
                 tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
+                tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
+                self._keep_directory(tx, store_id, source.path, now)
             else:
-                self._write_version(
-                    tx,
-                    store_id=store_id,
-                    memory_id=source_id,
-                    operation="deleted",
-                    path=source.path,
-                    content=None,
-                    sha=None,
-                    size=0,
-                    now=now,
-                    actor=actor,
-                )
-            tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
-            self._keep_directory(tx, store_id, source.path, now)
+                self._remove_memory(tx, store_id, source, actor, now, keep_directory=True)
             moved = Content.stored(source.content, source.content_sha256, source.size_bytes)
             return self._apply_update(
                 tx,
