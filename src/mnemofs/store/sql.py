@@ -254,16 +254,8 @@ class Database:
         )
         if size == 0 or not (force or due):
             return
-        conn = self._connection()
         try:
-            frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
-            if frames != 0:  # -1: busy, it could not even look
-                conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
-                try:
-                    with self._restarting:
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            self._rewind(self._connection(), always=False)
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
         self._checkpointed_at = time.monotonic()
@@ -277,20 +269,29 @@ class Database:
         conn = self._connection()
         while True:
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
-                try:
-                    with self._restarting:
-                        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+                done = self._rewind(conn, always=True)
             except self._driver_error as exc:
                 raise Unavailable(f"database error: {_first_line(exc)}") from exc
-            if not busy:
+            if done:
                 return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
+
+    def _rewind(self, conn: Any, *, always: bool) -> bool:
+        """A passive pass (the copying; no lock held), then a TRUNCATE pass that waits at most
+        ``WAL_RESTART_WAIT_MS`` while this process's own writes step aside; True if the log
+        was rewound and cut. Without ``always``, an empty log is left as it is."""
+        frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        if frames == 0 and not always:  # -1 means busy: it could not even look
+            return True
+        conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
+        try:
+            with self._restarting:
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        return not busy
 
     def vacuum(self, tables: tuple[str, ...]) -> None:
         """Rewrite the database without the space deleted rows left: SQLite ``VACUUM`` (the
