@@ -108,6 +108,14 @@ def test_rename_over_folds_a_fresh_temporary(service: MemoryService, store_id: s
         "deleted",
         "created",
     ]
+    # Nor a file saved more often than a temporary ever is (and then its history is not
+    # counted whole: a file of thousands of versions is renamed as fast as a fresh one).
+    busy = service.create_memory(store_id, "/c.md", "c0", actor="sess_1")
+    for i in range(1, 4):
+        service.update_memory(store_id, busy.id, content=f"c{i}", actor="sess_1")
+    service.rename_over(store_id, busy.id, target.id, actor="sess_1", fold=True)
+    newest = next(iter(service.list_versions(store_id, memory_id=busy.id)))
+    assert newest.operation == "deleted"
 
 
 def test_change_notifications(service: MemoryService, store_id: str) -> None:

@@ -28,6 +28,8 @@ from mnemofs.store.rows import (
 )
 from mnemofs.store.sql import Tx
 
+FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a temporary
+
 
 class SavesMixin(ServiceBase):
     """Saves as a filesystem makes them (the mount and sync mode): whole-file saves, renames"""
@@ -91,7 +93,8 @@ class SavesMixin(ServiceBase):
         version, none if equal); the source is deleted (its directory stays). One transaction.
 
         With ``fold`` (a mount renaming a file it just created over another: a temporary file
-        of one logical save) and a source whose every version is by ``actor``, the source's
+        of one logical save) and a source with at most ``FOLD_MAX_VERSIONS`` versions, every
+        one by ``actor``, the source's
         history is dropped instead of closed with a ``deleted`` version, so the save leaves
         exactly one version; that version names the source (``folded_id``), and the change feed
         reports the source deleted there. A source with the target's very content is not
@@ -102,13 +105,18 @@ class SavesMixin(ServiceBase):
         def run(tx: Tx) -> Memory:
             self._change_store(tx, store_id, -1)
             source = self._memory_row(tx, store_id, source_id, content=True)
-            target = self._memory_row(tx, store_id, target_id, content=True)
+            target = self._memory_row(tx, store_id, target_id)
             now = utc_now()
-            others = tx.scalar(
-                "SELECT COUNT(*) FROM memory_versions WHERE memory_id = :id AND actor != :actor",
-                {"id": source_id, "actor": who},
-            )
-            folded = fold and not others and source.content != target.content
+            folded = False
+            if fold and source.content_sha256 != target.content_sha256:
+                # A temporary file of one save has a version or two; looking at no more than
+                # that keeps this cheap for a file with thousands (counting them all was).
+                actors = tx.all(
+                    "SELECT actor FROM memory_versions WHERE memory_id = :id "
+                    "ORDER BY seq DESC LIMIT :n",
+                    {"id": source_id, "n": FOLD_MAX_VERSIONS + 1},
+                )
+                folded = len(actors) <= FOLD_MAX_VERSIONS and all(r.actor == who for r in actors)
             if folded:
                 tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
                 tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
