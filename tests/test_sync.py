@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mnemofs.errors import Conflict, NotFound
+from mnemofs.errors import Conflict, NotFound, Unavailable
 from mnemofs.folder import Folder
 from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService
@@ -419,4 +419,37 @@ def test_folder_and_store_converge_after_concurrent_writers(
     }
     assert len(stored) > 5
     assert local == stored
+    service.close()
+
+
+class DownService(MemoryService):
+    """The real service, with the database unreachable for lookups by path."""
+
+    down = False
+
+    def find_memory(self, store_id: str, path: str, **kw: Any) -> Memory:
+        if self.down:
+            raise Unavailable("the database is unreachable (test)")
+        return super().find_memory(store_id, path, **kw)
+
+
+def test_a_retried_path_is_not_deleted_while_the_database_cannot_answer(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    service = DownService(engine, actor="api")
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/a.md", "alpha\n")
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(tmp_path))
+    worker = SyncWorker(service, session, tmp_path / "memory")
+    worker.reconcile()
+    local = tmp_path / "memory" / "notes" / "a.md"
+    worker.states[store].retry.add("/a.md")  # left over from a pass that could not finish
+    service.down = True
+    report = worker.reconcile()
+    assert any("unreachable" in e for e in report.errors)
+    assert local.read_text() == "alpha\n"  # "cannot say" is not "gone"
+    service.down = False
+    assert worker.reconcile().errors == []
+    assert local.read_text() == "alpha\n"
+    assert service.find_memory(store, "/a.md").content == "alpha\n"
     service.close()

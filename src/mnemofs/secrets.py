@@ -124,10 +124,10 @@ def find_secrets(text: str, *, known: str | None = None) -> list[Finding]:
     if known is None:
         return _find(text)
     seen = set(known.split("\n"))
-    numbers = [n for n, line in enumerate(text.split("\n"), 1) if line not in seen]
+    lines = text.split("\n")
+    numbers = [n for n, line in enumerate(lines, 1) if line not in seen]
     if not numbers:
         return []
-    lines = text.split("\n")
     found = _find("\n".join(lines[n - 1] for n in numbers))
     return [Finding(f.kind, numbers[f.line - 1]) for f in found]
 

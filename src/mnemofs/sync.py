@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemofs.content import Content
-from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.errors import InvalidRequest, MnemofsError, NotFound
 from mnemofs.folder import Folder, LinkInPath
 from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
@@ -298,9 +298,12 @@ class SyncWorker:
         return found
 
     def _memory_at(self, store_id: str, path: str) -> Memory | None:
+        """The memory at ``path`` now, or None if there is none (a local name that is no
+        valid store path has none either). A database that cannot answer is not "none": that
+        would delete the local copy; it fails the store's pass like any other database error."""
         try:
             return self.service.find_memory(store_id, path, count_access=False)
-        except (NotFound, MnemofsError):
+        except (NotFound, InvalidRequest):
             return None
 
     def _remote_changes(self, store_id: str, state: StoreState) -> tuple[dict[str, Any], int]:
