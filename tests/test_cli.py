@@ -103,7 +103,7 @@ def test_memories_commands(cli: Cli, tmp_path: Path) -> None:
     assert "from option" in shown
     listing = cli.json("memories", "list", "S")
     assert [m["path"] for m in listing["data"]] == ["/notes/a.md", "/notes/b.md", "/top.md"]
-    assert all("content" not in m for m in listing["data"])
+    assert all(m["content"] is None for m in listing["data"])
     depth1 = cli.json("memories", "list", "S", "--depth", "1")["data"]
     assert [(e["type"], e["path"]) for e in depth1] == [
         ("memory_prefix", "/notes/"),
@@ -111,9 +111,9 @@ def test_memories_commands(cli: Cli, tmp_path: Path) -> None:
     ]
     page = cli.json("memories", "list", "S", "--limit", "2")
     assert len(page["data"]) == 2
-    rest = cli.json("memories", "list", "S", "--limit", "2", "--cursor", page["next_cursor"])
+    rest = cli.json("memories", "list", "S", "--limit", "2", "--page", page["next_page"])
     assert [m["path"] for m in rest["data"]] == ["/top.md"]
-    assert rest["next_cursor"] is None
+    assert rest["next_page"] is None
     prefixed = cli.json("memories", "list", "S", "--path-prefix", "/notes/")["data"]
     assert [m["path"] for m in prefixed] == ["/notes/a.md", "/notes/b.md"]
     table = cli.ok("memories", "list", "S", "--depth", "1").out
@@ -130,7 +130,7 @@ def test_memories_commands(cli: Cli, tmp_path: Path) -> None:
     cli.ok("memories", "update", "S", a["id"], "--file", "-", stdin=b"v3 from stdin")
     assert cli.ok("memories", "cat", "S", "/archive/a.md").out == "v3 from stdin"
     deleted = cli.json("memories", "delete", "S", "/archive/a.md")
-    assert deleted["operation"] == "deleted"
+    assert deleted == {"id": a["id"], "type": "memory_deleted"}
     assert "not_found" in cli.refused(3, "memories", "cat", "S", "/archive/a.md")
 
 
@@ -167,17 +167,19 @@ def test_versions_commands(cli: Cli) -> None:
     cli.ok("memories", "update", "S", "/a.md", "--content", "clean")
     listing = cli.json("versions", "list", "S")["data"]
     assert [v["operation"] for v in listing] == ["modified", "created"]
-    assert [v["actor"] for v in listing] == ["cli", "cli"]
+    cli_actor = {"type": "service_account_actor", "service_account_id": "cli"}
+    assert [v["created_by"] for v in listing] == [cli_actor, cli_actor]
     assert [v["operation"] for v in cli.json("versions", "list", "S", "--memory", "/a.md")["data"]]
     page = cli.json("versions", "list", "S", "--memory", mem["id"], "--limit", "1")
     assert len(page["data"]) == 1
-    assert page["next_cursor"]
+    assert page["next_page"]
     old = listing[1]["id"]
     assert cli.json("versions", "show", "S", old)["content"] == "secret"
     assert "conflict" in cli.refused(4, "versions", "redact", "S", listing[0]["id"])
     redacted = cli.json("versions", "redact", "S", old)
     assert redacted["redacted_at"]
-    assert "content" not in redacted
+    assert redacted["content"] is None
+    assert redacted["path"] is None
     assert "REDACTED" in cli.ok("versions", "list", "S").out
     assert cli.json("versions", "prune", "S") == {"pruned": 0}
     out = cli.ok("versions", "prune", "S", "--older-than-days", "0", "--keep-last", "1").out

@@ -163,7 +163,7 @@ def test_mode1_daemon_on_the_host(image: str, shared_dir: Path, tmp_path: Path) 
         podman("rm", "-f", "-t", "0", name, check=False)
     memory = service.find_memory(notes, "/a.md")
     assert memory.content == "from the container\n"
-    assert [v.actor for v in service.list_versions(notes)] == [session.id]
+    assert [v.created_by.stored for v in service.list_versions(notes)] == [session.id]
     service.close()
 
 
@@ -237,7 +237,7 @@ def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
         assert [(v["operation"], v["path"]) for v in versions] == [("created", "/a.md")]
         assert cli("memories", "cat", "Notes", "/a.md") == "from the container\n"
         if backend == "postgres":
-            assert pg.find_memory(pg.resolve_store("Notes"), "/a.md").size_bytes == 19
+            assert pg.find_memory(pg.resolve_store("Notes"), "/a.md").content_size_bytes == 19
             pg.close()
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)

@@ -49,10 +49,10 @@ def test_sqlite_erasing_operations_leave_no_trace(tmp_path: Path) -> None:
     service.checkpoint(force=True)
     assert traces(db)  # the test can see it
     updated = service.update_memory(store, secret.id, content="rotated; nothing here\n")
-    service.redact_version(store, secret.version_id)
+    service.redact_version(store, secret.memory_version_id)
     assert traces(db) == []
     assert service.search(store, MARKER) == []
-    assert service.get_version(store, secret.version_id).content is None
+    assert service.get_version(store, secret.memory_version_id).content is None
     session = service.create_session([{"memory_store_id": store}], mount_root="/m")
     assert MARKER not in service.context(session.id)
 
@@ -99,7 +99,7 @@ def test_postgres_scrub_removes_dead_tuples() -> None:
     store = filled(service, "S")
     secret = service.create_memory(store, "/keys.md", f"the password is {MARKER} here\n")
     service.update_memory(store, secret.id, content="rotated\n")
-    service.redact_version(store, secret.version_id)
+    service.redact_version(store, secret.memory_version_id)
     conn = engine.connect()
     conn.autocommit = True
     conn.execute("CHECKPOINT")  # what the server holds in memory reaches the files
@@ -144,7 +144,7 @@ def test_redacted_content_reaches_no_mount_folder_or_search(
         note = root / "notes" / "keys.md"
         assert MARKER in note.read_text()  # cached by the mount and the kernel
         service.update_memory(store, secret.id, content="rotated\n")
-        service.redact_version(store, secret.version_id)
+        service.redact_version(store, secret.memory_version_id)
         assert wait_for(lambda: note.read_text() == "rotated\n", timeout=2.0)
         worker.reconcile()
         files = {p.name: p.read_text() for p in (folder / "notes").iterdir()}

@@ -90,11 +90,11 @@ def test_append_rotates_exactly_at_the_limit(service: MemoryService, journal: st
     first = sink.append(make_record(TURN))
     assert (first.path, first.content) == ("/journal.jsonl", record_line(make_record(TURN)))
     # A record that fills the file to the byte: it fits, no rotation.
-    room = limits.MAX_CONTENT_BYTES - first.size_bytes
+    room = limits.MAX_CONTENT_BYTES - first.content_size_bytes
     probe = make_record({**TURN, "result": ""}, max_text_length=10**6)
     filler = {**probe, "result": "x" * (room - len(record_line(probe).encode()))}
     full = sink.append(filler)
-    assert full.size_bytes == limits.MAX_CONTENT_BYTES
+    assert full.content_size_bytes == limits.MAX_CONTENT_BYTES
     assert [m.path for m in service.list_memories(journal)] == ["/journal.jsonl"]
     # One more record: the full file becomes a segment, untouched; the record starts a new file.
     last = sink.append(make_record({**TURN, "sessionId": "s2"}))
@@ -109,7 +109,7 @@ def test_append_rotates_exactly_at_the_limit(service: MemoryService, journal: st
     assert [r["sessionId"] for r in records(service, journal)] == ["s1", "s1", "s2"]
     assert [v.operation for v in service.list_versions(journal)] == [
         "created",
-        "renamed",
+        "modified",
         "modified",
         "created",
     ]

@@ -110,7 +110,7 @@ def test_layout_and_modes(env: Env) -> None:
         memory.content_sha256
     )
     assert os.getxattr(env.rw / "notes" / "todo.md", "user.mnemofs.version_id").decode() == (
-        memory.version_id
+        memory.memory_version_id
     )
     assert errno_of(os.getxattr, env.rw / "notes" / "todo.md", "user.other") == errno.ENODATA
     assert errno_of(os.setxattr, env.rw / "notes" / "todo.md", "user.x", b"1") == errno.ENOTSUP
@@ -433,7 +433,7 @@ def test_other_user_through_allow_other(tmp_path: Path) -> None:
     assert service.find_memory(rw, "/note.md").content == "hi\n"
     assert service.find_memory(rw, "/a/b/f.md").content == "ONE\ntwo\n"
     assert service.find_memory(rw, "/a/h.md").content == "ONE\ntwo\n"
-    assert {v.actor for v in service.list_versions(rw)} == {session.id}
+    assert {v.created_by.stored for v in service.list_versions(rw)} == {session.id}
     sed_versions = [v.operation for v in service.list_versions(rw) if v.path == "/a/b/f.md"]
     assert sed_versions == ["modified", "modified", "created"]  # echo >, echo >>, sed -i
     service.close()

@@ -186,7 +186,7 @@ def test_evict_lru_makes_room_by_least_recent_access(
     service.create_memory(lru, "/d.md", "d")  # full: c, least recently accessed, goes
     assert sorted(m.path for m in service.list_memories(lru)) == ["/a.md", "/b.md", "/d.md"]
     evicted = next(iter(service.list_versions(lru)))  # newest first: d's 'created'
-    versions = [(v.operation, v.path, v.actor) for v in service.list_versions(lru)]
+    versions = [(v.operation, v.path, v.created_by.stored) for v in service.list_versions(lru)]
     assert versions[:2] == [("created", "/d.md", "api"), ("deleted", "/c.md", "evict")]
     assert evicted.path == "/d.md"
     assert service.get_store(lru).memory_count == 3

@@ -14,7 +14,7 @@ from mnemofs.store import MemoryService
 def snapshot(service: MemoryService, store_id: str) -> tuple[object, ...]:
     """Everything observable about a store, to prove a refusal changed nothing."""
     mems = [
-        (m.path, service.get_memory(store_id, m.id).content, m.version_id)
+        (m.path, service.get_memory(store_id, m.id).content, m.memory_version_id)
         for m in service.list_memories(store_id)
         if isinstance(m, Memory)
     ]
@@ -34,15 +34,15 @@ def test_create_returns_memory_and_writes_one_version(
     assert mem.id.startswith("mem_")
     assert mem.path == "/prefs/formatting.md"
     assert mem.content == "Always use tabs. ✓"
-    assert mem.size_bytes == len("Always use tabs. ✓".encode())
+    assert mem.content_size_bytes == len("Always use tabs. ✓".encode())
     assert mem.content_sha256 == hashlib.sha256("Always use tabs. ✓".encode()).hexdigest()
     assert mem.created_at == mem.updated_at
     assert mem.created_at.endswith("Z")
     assert len(mem.created_at) == len("2026-01-01T00:00:00.000Z")
     [version] = service.list_versions(store_id).data
     assert (version.operation, version.path, version.memory_id) == ("created", mem.path, mem.id)
-    assert version.id == mem.version_id
-    assert version.actor == "api"
+    assert version.id == mem.memory_version_id
+    assert version.created_by.stored == "api"
     assert service.get_version(store_id, version.id).content == mem.content
     assert service.get_store(store_id).memory_count == 1
 
@@ -81,7 +81,7 @@ def test_invalid_paths_are_invalid_requests(
 
 def test_content_limits(service: MemoryService, store_id: str) -> None:
     exact = "é" * (limits.MAX_CONTENT_BYTES // 2)
-    assert service.create_memory(store_id, "/exact.md", exact).size_bytes == 102_400
+    assert service.create_memory(store_id, "/exact.md", exact).content_size_bytes == 102_400
     before = snapshot(service, store_id)
     with pytest.raises(errors.LimitExceeded, match="102401 bytes"):
         service.create_memory(store_id, "/over.md", exact + "x")
@@ -197,7 +197,7 @@ def test_pagination_walks_every_entry_once(service: MemoryService, store_id: str
     service.make_directory(store_id, "/empty")
     service.make_directory(store_id, "/e2/deeper")
     for depth in (0, 1):
-        full = paths(service, store_id, depth=depth, limit=1000)
+        full = paths(service, store_id, depth=depth, limit=100)
         for limit in (1, 2, 3, 5):
             walked: list[str] = []
             cursor = None
@@ -205,9 +205,9 @@ def test_pagination_walks_every_entry_once(service: MemoryService, store_id: str
                 page = service.list_memories(store_id, depth=depth, limit=limit, cursor=cursor)
                 assert len(page.data) <= limit
                 walked += [e.path for e in page.data]
-                if page.next_cursor is None:
+                if page.next_page is None:
                     break
-                cursor = page.next_cursor
+                cursor = page.next_page
             assert walked == full, (depth, limit)
     assert paths(service, store_id, depth=1) == [
         "/d0/",
@@ -221,10 +221,10 @@ def test_pagination_walks_every_entry_once(service: MemoryService, store_id: str
         "/f2.md",
         "/f3.md",
     ]
-    cursor = service.list_memories(store_id, depth=1, limit=1).next_cursor
-    with pytest.raises(errors.InvalidRequest, match="another kind"):
+    cursor = service.list_memories(store_id, depth=1, limit=1).next_page
+    with pytest.raises(errors.InvalidRequest, match="another query"):
         service.list_memories(store_id, depth=0, cursor=cursor)
-    with pytest.raises(errors.InvalidRequest, match="another kind"):
+    with pytest.raises(errors.InvalidRequest, match="another query"):
         service.list_versions(store_id, cursor=cursor)
 
 
@@ -240,8 +240,8 @@ def test_update_content_path_and_both(service: MemoryService, store_id: str) -> 
     assert service.get_memory(store_id, mem.id) == m4
     ops = [(v.operation, v.path) for v in service.list_versions(store_id)]
     assert ops == [
-        ("renamed", "/b.md"),
-        ("renamed", "/archive/a.md"),
+        ("modified", "/b.md"),
+        ("modified", "/archive/a.md"),
         ("modified", "/a.md"),
         ("created", "/a.md"),
     ]
@@ -354,7 +354,7 @@ def test_directories(service: MemoryService, store_id: str) -> None:
 def test_archived_store_refuses_every_change(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "one")
     service.update_memory(store_id, mem.id, content="two")
-    old = service.list_versions(store_id).data[-1]
+    service.list_versions(store_id).data[-1]
     archived = service.archive_store(store_id)
     assert archived.archived_at is not None
     before = snapshot(service, store_id)
@@ -363,7 +363,6 @@ def test_archived_store_refuses_every_change(service: MemoryService, store_id: s
         lambda: service.update_memory(store_id, mem.id, content="three"),
         lambda: service.update_memory(store_id, mem.id, path="/c.md"),
         lambda: service.delete_memory(store_id, mem.id),
-        lambda: service.redact_version(store_id, old.id),
         lambda: service.prune_versions(store_id, older_than_days=0, keep_last=1),
         lambda: service.update_store(store_id, name="renamed"),
         lambda: service.make_directory(store_id, "/d"),
@@ -376,10 +375,23 @@ def test_archived_store_refuses_every_change(service: MemoryService, store_id: s
     assert service.archive_store(store_id).archived_at == archived.archived_at
 
 
+def test_archived_store_still_redacts_and_deletes_through_the_api(
+    service: MemoryService, store_id: str
+) -> None:
+    """The wire's rules: archiving stops new content, not scrubbing or clean-up."""
+    mem = service.create_memory(store_id, "/a.md", "token=one")
+    service.update_memory(store_id, mem.id, content="two")
+    service.archive_store(store_id)
+    assert service.redact_version(store_id, mem.memory_version_id).redacted_at is not None
+    gone = service.delete_memory(store_id, mem.id, archived_ok=True)
+    assert gone.operation == "deleted"
+    assert service.get_store(store_id).memory_count == 0
+
+
 def test_actor_is_recorded(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "x", actor="sess_123")
     service.update_memory(store_id, mem.id, content="y", actor="cli")
-    assert [v.actor for v in service.list_versions(store_id)] == ["cli", "sess_123"]
+    assert [v.created_by.stored for v in service.list_versions(store_id)] == ["cli", "sess_123"]
 
 
 def test_rename_onto_own_directory(service: MemoryService, store_id: str) -> None:

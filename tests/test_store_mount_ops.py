@@ -55,8 +55,11 @@ def test_move_directory(service: MemoryService, store_id: str) -> None:
         "/b/c/sub/",
         "/b/c/x.md",
     ]
-    ops = [(v.operation, v.path, v.actor) for v in service.list_versions(store_id, limit=2).data]
-    assert ops == [("renamed", "/b/c/x.md", "sess_x"), ("renamed", "/b/c/sub/y.md", "sess_x")]
+    ops = [
+        (v.operation, v.path, v.created_by.stored)
+        for v in service.list_versions(store_id, limit=2).data
+    ]
+    assert ops == [("modified", "/b/c/x.md", "sess_x"), ("modified", "/b/c/sub/y.md", "sess_x")]
     # Onto an empty directory: replaced. Onto a non-empty one, a file, or into itself: refused.
     service.make_directory(store_id, "/target")
     service.move_directory(store_id, "/b/c", "/target")
@@ -85,7 +88,7 @@ def test_snapshot_and_change_feed(service: MemoryService, store_id: str) -> None
     service.update_memory(store_id, a.id, content="a2", actor="cli")
     service.delete_memory(store_id, a.id)
     feed = service.changes(store_id, snap.last_seq)
-    assert [(c.version.operation, c.version.actor) for c in feed] == [
+    assert [(c.version.operation, c.version.created_by.stored) for c in feed] == [
         ("modified", "cli"),
         ("deleted", "api"),
     ]

@@ -105,7 +105,7 @@ def machine_for(make_service: Callable[[], MemoryService]) -> type[RuleBasedStat
             self.service.update_memory(self.store, mid, path=new_path)
             if new_path != path:
                 self.model.files[new_path] = self.model.files.pop(path)
-                self.model.history.append((mid, "renamed", new_path))
+                self.model.history.append((mid, "modified", new_path))
 
         @rule(mid=consumes(memories))
         def delete(self, mid: str) -> None:
@@ -139,7 +139,7 @@ def machine_for(make_service: Callable[[], MemoryService]) -> type[RuleBasedStat
                 reversed(self.model.history)
             )
             heads = {
-                m.version_id
+                m.memory_version_id
                 for m in self.service.list_memories(self.store)
                 if isinstance(m, Memory)
             }

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mnemofs import errors
+from mnemofs.models import Actor
 from mnemofs.store import MemoryService
 
 
@@ -38,7 +39,7 @@ def test_list_newest_first_filter_and_pages(service: MemoryService, store_id: st
     assert [service.get_version(store_id, v.id).content for v in only_a] == ["a3", "a2", "a1", "a0"]
     first = service.list_versions(store_id, limit=4)
     assert first.has_more
-    second = service.list_versions(store_id, limit=4, cursor=first.next_cursor)
+    second = service.list_versions(store_id, limit=4, cursor=first.next_page)
     assert not second.has_more
     assert [v.id for v in first.data + second.data] == [v.id for v in every]
     assert [v.id for v in service.list_versions(store_id, limit=1)] == [v.id for v in every]
@@ -49,39 +50,39 @@ def test_list_newest_first_filter_and_pages(service: MemoryService, store_id: st
 
 def test_retrieve_version(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "hello")
-    v = service.get_version(store_id, mem.version_id)
+    v = service.get_version(store_id, mem.memory_version_id)
     assert (v.content, v.content_sha256, v.operation) == ("hello", mem.content_sha256, "created")
     with pytest.raises(errors.NotFound, match="memver_nope"):
         service.get_version(store_id, "memver_nope")
     other = service.create_store("Other").id
     with pytest.raises(errors.NotFound):
-        service.get_version(other, mem.version_id)
+        service.get_version(other, mem.memory_version_id)
 
 
 def test_redact(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "api_key=SECRET")
     head = service.update_memory(store_id, mem.id, content="api_key=<removed>")
     with pytest.raises(errors.Conflict, match="current head"):
-        service.redact_version(store_id, head.version_id)
-    assert service.get_version(store_id, head.version_id).content == "api_key=<removed>"
-    redacted = service.redact_version(store_id, mem.version_id)
+        service.redact_version(store_id, head.memory_version_id)
+    assert service.get_version(store_id, head.memory_version_id).content == "api_key=<removed>"
+    redacted = service.redact_version(store_id, mem.memory_version_id)
     assert redacted.content is None
     assert redacted.content_sha256 is None
     assert redacted.redacted_at is not None
-    # Who, what and when stay.
-    assert (redacted.operation, redacted.path, redacted.actor, redacted.created_at) == (
+    # Who, what and when stay; where and how big go with the content (the wire's rule).
+    assert (redacted.operation, redacted.created_by, redacted.created_at) == (
         "created",
-        "/a.md",
-        "api",
+        Actor("service_account_actor", "api"),
         mem.created_at,
     )
-    assert redacted.size_bytes == mem.size_bytes
-    assert service.get_version(store_id, mem.version_id) == redacted
-    assert service.redact_version(store_id, mem.version_id) == redacted  # idempotent
+    assert redacted.redacted_by == Actor("service_account_actor", "api")
+    assert (redacted.path, redacted.content_size_bytes) == (None, None)
+    assert service.get_version(store_id, mem.memory_version_id) == redacted
+    assert service.redact_version(store_id, mem.memory_version_id) == redacted  # idempotent
     assert service.get_memory(store_id, mem.id).content == "api_key=<removed>"
     # Once the memory is deleted its last content version is no longer a live head.
     service.delete_memory(store_id, mem.id)
-    assert service.redact_version(store_id, head.version_id).content is None
+    assert service.redact_version(store_id, head.memory_version_id).content is None
     with pytest.raises(errors.NotFound):
         service.redact_version(store_id, "memver_nope")
 
@@ -100,7 +101,9 @@ def test_prune_keeps_recent_and_newest_of_live(service: MemoryService, store_id:
     kept = [v.id for v in service.list_versions(store_id, memory_id=live.id)]
     assert kept == live_versions[:10]
     assert service.list_versions(store_id, memory_id=gone.id).data == []
-    assert [v.id for v in service.list_versions(store_id, memory_id=fresh.id)] == [fresh.version_id]
+    assert [v.id for v in service.list_versions(store_id, memory_id=fresh.id)] == [
+        fresh.memory_version_id
+    ]
     assert service.get_memory(store_id, live.id).content == "v14"
     assert service.prune_versions(store_id) == 0
 

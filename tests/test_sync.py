@@ -66,7 +66,9 @@ class Env:
         }
 
     def versions(self, store: str) -> list[tuple[str, str, str]]:
-        return [(v.operation, v.path, v.actor) for v in self.service.list_versions(store)]
+        return [
+            (v.operation, v.path, v.created_by.stored) for v in self.service.list_versions(store)
+        ]
 
 
 def make(engine: Engine, db_url: str, tmp_path: Path) -> Env:
@@ -120,7 +122,7 @@ def test_both_sides_changed_keeps_both(engine: Engine, db_url: str, tmp_path: Pa
         env.notes, env.service.find_memory(env.notes, "/a.md").id, content="remote edit\n"
     )
     env.once()
-    side = f"/a.conflict-{memory.version_id}.md"
+    side = f"/a.conflict-{memory.memory_version_id}.md"
     assert (env.root / "notes" / "a.md").read_text() == "remote edit\n"  # the head stays
     assert (env.root / "notes" / side.lstrip("/")).read_text() == "local edit\n"
     assert env.stored(env.notes) == {"/a.md": "remote edit\n", side: "local edit\n"}

@@ -18,13 +18,16 @@ from typing import Any
 
 from mnemofs import limits
 from mnemofs.models import (
+    Deleted,
     Memory,
     MemoryPrefix,
     MemoryStore,
     MemoryVersion,
     Page,
     Session,
+    SessionToken,
     StoreKind,
+    View,
 )
 from mnemofs.store.engine import make_engine
 from mnemofs.store.service import MemoryService, prompt_note
@@ -34,11 +37,13 @@ class Memories:
     def __init__(self, service: MemoryService) -> None:
         self._s = service
 
-    def create(self, memory_store_id: str, *, path: str, content: str) -> Memory:
-        return self._s.create_memory(memory_store_id, path, content)
+    def create(
+        self, memory_store_id: str, *, path: str, content: str | None, view: View = "basic"
+    ) -> Memory:
+        return self._s.create_memory(memory_store_id, path, content or "").in_view(view)
 
-    def retrieve(self, memory_id: str, *, memory_store_id: str) -> Memory:
-        return self._s.get_memory(memory_store_id, memory_id)
+    def retrieve(self, memory_id: str, *, memory_store_id: str, view: View = "full") -> Memory:
+        return self._s.get_memory(memory_store_id, memory_id).in_view(view)
 
     def list(
         self,
@@ -46,11 +51,17 @@ class Memories:
         *,
         path_prefix: str = "/",
         depth: int | None = 0,
+        view: View = "basic",
         limit: int = limits.DEFAULT_PAGE_LIMIT,
-        cursor: str | None = None,
+        page: str | None = None,
     ) -> Page[Memory | MemoryPrefix]:
         return self._s.list_memories(
-            memory_store_id, path_prefix=path_prefix, depth=depth, limit=limit, cursor=cursor
+            memory_store_id,
+            path_prefix=path_prefix,
+            depth=depth,
+            view=view,
+            limit=limit,
+            cursor=page,
         )
 
     def update(
@@ -61,13 +72,22 @@ class Memories:
         content: str | None = None,
         path: str | None = None,
         precondition: Mapping[str, str] | None = None,
+        view: View = "basic",
     ) -> Memory:
         return self._s.update_memory(
             memory_store_id, memory_id, content=content, path=path, precondition=precondition
-        )
+        ).in_view(view)
 
-    def delete(self, memory_id: str, *, memory_store_id: str) -> MemoryVersion:
-        return self._s.delete_memory(memory_store_id, memory_id)
+    def delete(
+        self, memory_id: str, *, memory_store_id: str, expected_content_sha256: str | None = None
+    ) -> Deleted:
+        self._s.delete_memory(
+            memory_store_id,
+            memory_id,
+            expected_content_sha256=expected_content_sha256,
+            archived_ok=True,
+        )
+        return Deleted(memory_id, "memory_deleted")
 
 
 class MemoryVersions:
@@ -79,15 +99,32 @@ class MemoryVersions:
         memory_store_id: str,
         *,
         memory_id: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        operation: str | None = None,
+        created_at_gte: str | None = None,
+        created_at_lte: str | None = None,
+        view: View = "basic",
         limit: int = limits.DEFAULT_PAGE_LIMIT,
-        cursor: str | None = None,
+        page: str | None = None,
     ) -> Page[MemoryVersion]:
         return self._s.list_versions(
-            memory_store_id, memory_id=memory_id, limit=limit, cursor=cursor
+            memory_store_id,
+            memory_id=memory_id,
+            session_id=session_id,
+            api_key_id=api_key_id,
+            operation=operation,
+            created_at_gte=created_at_gte,
+            created_at_lte=created_at_lte,
+            view=view,
+            limit=limit,
+            cursor=page,
         )
 
-    def retrieve(self, version_id: str, *, memory_store_id: str) -> MemoryVersion:
-        return self._s.get_version(memory_store_id, version_id)
+    def retrieve(
+        self, version_id: str, *, memory_store_id: str, view: View = "full"
+    ) -> MemoryVersion:
+        return self._s.get_version(memory_store_id, version_id).in_view(view)
 
     def redact(self, version_id: str, *, memory_store_id: str) -> MemoryVersion:
         return self._s.redact_version(memory_store_id, version_id)
@@ -111,32 +148,53 @@ class MemoryStores:
         self.memory_versions = MemoryVersions(service)
 
     def create(
-        self, *, name: str, description: str = "", kind: StoreKind = "memory"
+        self,
+        *,
+        name: str,
+        description: str = "",
+        metadata: Mapping[str, str] | None = None,
+        kind: StoreKind = "memory",
     ) -> MemoryStore:
-        return self._s.create_store(name, description, kind=kind)
+        return self._s.create_store(name, description, kind=kind, metadata=metadata)
 
     def retrieve(self, memory_store_id: str) -> MemoryStore:
         return self._s.get_store(memory_store_id)
 
     def update(
-        self, memory_store_id: str, *, name: str | None = None, description: str | None = None
+        self,
+        memory_store_id: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, str | None] | None = None,
     ) -> MemoryStore:
-        return self._s.update_store(memory_store_id, name=name, description=description)
+        return self._s.update_store(
+            memory_store_id, name=name, description=description, metadata=metadata
+        )
 
     def list(
         self,
         *,
         include_archived: bool = False,
+        created_at_gte: str | None = None,
+        created_at_lte: str | None = None,
         limit: int = limits.DEFAULT_PAGE_LIMIT,
-        cursor: str | None = None,
+        page: str | None = None,
     ) -> Page[MemoryStore]:
-        return self._s.list_stores(include_archived=include_archived, limit=limit, cursor=cursor)
+        return self._s.list_stores(
+            include_archived=include_archived,
+            created_at_gte=created_at_gte,
+            created_at_lte=created_at_lte,
+            limit=limit,
+            cursor=page,
+        )
 
     def archive(self, memory_store_id: str) -> MemoryStore:
         return self._s.archive_store(memory_store_id)
 
-    def delete(self, memory_store_id: str) -> None:
+    def delete(self, memory_store_id: str) -> Deleted:
         self._s.delete_store(memory_store_id)
+        return Deleted(memory_store_id, "memory_store_deleted")
 
 
 class Sessions:
@@ -148,11 +206,27 @@ class Sessions:
         *,
         resources: Iterable[Mapping[str, Any]],
         mount_root: str = limits.DEFAULT_MOUNT_ROOT,
+        **fields: Any,
     ) -> Session:
-        return self._s.create_session(resources, mount_root=mount_root)
+        """A session with its store attachments; other fields (``agent``, ``environment_id``,
+        ``metadata``, ``title``...) are kept and returned as sent."""
+        return self._s.create_session(resources, mount_root=mount_root, fields=fields)
 
     def retrieve(self, session_id: str) -> Session:
         return self._s.get_session(session_id)
+
+    def list(
+        self,
+        *,
+        memory_store_id: str | None = None,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        page: str | None = None,
+    ) -> Page[Session]:
+        return self._s.list_sessions(memory_store_id=memory_store_id, limit=limit, cursor=page)
+
+    def token(self, session_id: str) -> SessionToken:
+        """A bearer token for this session alone (its ``token`` is shown only here)."""
+        return self._s.create_session_token(session_id)
 
     def end(self, session_id: str) -> Session:
         return self._s.end_session(session_id)

@@ -9,17 +9,28 @@ MAX_MEMORIES_PER_STORE = 10_000
 MAX_STORES_PER_SESSION = 8
 MAX_INSTRUCTIONS_CHARS = 4_096
 MAX_STORE_NAME_CHARS = 255
-MAX_DESCRIPTION_CHARS = 2_048
+MAX_DESCRIPTION_CHARS = 1_024
+"""New descriptions; longer ones already stored are kept."""
 MAX_SEGMENT_BYTES = 255
 MAX_PATH_BYTES = 1_024
+MAX_PATH_SEGMENTS = 20
+
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
 
 DEFAULT_RETENTION_DAYS = 30
 """Prune removes versions older than this..."""
 DEFAULT_KEEP_VERSIONS = 10
 """...except the newest this many versions of each live memory."""
 
-DEFAULT_PAGE_LIMIT = 100
-MAX_PAGE_LIMIT = 1_000
+DEFAULT_PAGE_LIMIT = 20
+MAX_PAGE_LIMIT = 100
+MAX_FULL_PAGE_LIMIT = 20
+"""A page of memories or versions with their content (``view=full``)."""
+
+MAX_REQUEST_OVERHEAD_BYTES = 64 * 1024
+"""An HTTP request body may hold a content's worth of JSON-escaped text plus this much."""
 
 DEFAULT_MOUNT_ROOT = "/mnt/memory"
 

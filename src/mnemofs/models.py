@@ -1,14 +1,15 @@
 """The resources of SPEC.md §1 as frozen dataclasses, shared by every layer.
 
-Field names are the spec's, so ``to_dict()`` is the JSON the CLI prints. SQL rows never leave
-``mnemofs.store``; these do.
+Field names and shapes are the wire's (``API.md``): ``to_dict()`` is what the HTTP API returns
+and what the CLI's ``--json`` prints, every field always present (``None`` as ``null``). SQL rows
+never leave ``mnemofs.store``; these do.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, Literal, NewType, TypeVar
 
 from ulid import ULID
@@ -26,12 +27,18 @@ OnFull = Literal["refuse", "evict-lru"]
 ON_FULL_POLICIES: tuple[OnFull, ...] = ("refuse", "evict-lru")
 SecretsPolicy = Literal["refuse", "allow"]
 SECRETS_POLICIES: tuple[SecretsPolicy, ...] = ("refuse", "allow")
-Operation = Literal["created", "modified", "renamed", "deleted"]
+Operation = Literal["created", "modified", "deleted"]  # a rename is "modified" (new path)
+OPERATIONS: tuple[Operation, ...] = ("created", "modified", "deleted")
+View = Literal["basic", "full"]
+ActorType = Literal["session_actor", "api_actor", "user_actor", "service_account_actor"]
 
 STORE_PREFIX = "memstore_"
 MEMORY_PREFIX = "mem_"
 VERSION_PREFIX = "memver_"
 SESSION_PREFIX = "sess_"
+API_KEY_PREFIX = "apikey_"
+TOKEN_PREFIX = "sesstok_"
+USER_ACTOR_PREFIX = "user:"  # how a user actor is stored (other words: service accounts)
 
 
 def new_id(prefix: str) -> str:
@@ -43,11 +50,54 @@ class _Resource:
     type: ClassVar[str]
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec's JSON shape; ``content`` is left out where the object carries none."""
-        data = dataclasses.asdict(self)  # type: ignore[call-overload]
-        if "content" in data and data["content"] is None:
-            del data["content"]
-        return {"type": self.type, **data}
+        """The wire's JSON shape: ``type`` first, then every field."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {"type": self.type, **{k: _plain(v) for k, v in data.items()}}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Resource | Actor):
+        return value.to_dict()
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+_ACTOR_ID_FIELD: dict[str, str] = {
+    "session_actor": "session_id",
+    "api_actor": "api_key_id",
+    "user_actor": "user_id",
+    "service_account_actor": "service_account_id",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who wrote or redacted a version: a session (a mount, sync or session token), an API key,
+    a user, or a service account (mnemofs's own tools: ``cli``, ``api``, ``evict``...).
+
+    Stored as one string (``memory_versions.actor``): the session or key id as is, a user as
+    ``user:<id>``, any other word a service account."""
+
+    type: ActorType
+    id: str
+
+    @classmethod
+    def from_stored(cls, value: str) -> Actor:
+        if value.startswith(SESSION_PREFIX):
+            return cls("session_actor", value)
+        if value.startswith(API_KEY_PREFIX):
+            return cls("api_actor", value)
+        if value.startswith(USER_ACTOR_PREFIX):
+            return cls("user_actor", value[len(USER_ACTOR_PREFIX) :])
+        return cls("service_account_actor", value)
+
+    @property
+    def stored(self) -> str:
+        return USER_ACTOR_PREFIX + self.id if self.type == "user_actor" else self.id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, _ACTOR_ID_FIELD[self.type]: self.id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +105,11 @@ class MemoryStore(_Resource):
     id: StoreId
     name: str
     description: str
+    metadata: dict[str, str]
     created_at: str
     updated_at: str
     archived_at: str | None
+    # mnemofs's own fields, beside the wire's (clients ignore fields they do not know):
     memory_count: int
     kind: StoreKind = "memory"
     owner: str = ""  # the end user it belongs to; "" for a general store
@@ -69,19 +121,23 @@ class MemoryStore(_Resource):
 
 @dataclass(frozen=True, slots=True)
 class Memory(_Resource):
-    """A live memory. ``content`` is ``None`` in list entries, which never carry content."""
+    """A live memory. ``content`` is ``None`` in the basic view (list entries by default)."""
 
     id: MemoryId
     memory_store_id: StoreId
     path: str
     content_sha256: str
-    size_bytes: int
+    content_size_bytes: int
+    memory_version_id: VersionId  # the head: the version holding the current content
     created_at: str
     updated_at: str
-    version_id: VersionId
     content: str | None = None
 
     type = "memory"
+
+    def in_view(self, view: View) -> Memory:
+        """This memory as ``view`` shows it: without content in the basic view."""
+        return self if view == "full" or self.content is None else replace(self, content=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +151,26 @@ class MemoryPrefix(_Resource):
 
 @dataclass(frozen=True, slots=True)
 class MemoryVersion(_Resource):
-    """One immutable change. ``content`` is ``None`` in list entries, once redacted, and for
-    ``deleted`` (the version before it holds what was deleted)."""
+    """One immutable change. ``content`` is ``None`` in the basic view, once redacted, and for
+    ``deleted`` (the version before it holds what was deleted); the hash and size are ``None``
+    for the last two, and ``path`` only once redacted."""
 
     id: VersionId
     memory_store_id: StoreId
     memory_id: MemoryId
     operation: Operation
-    path: str
+    path: str | None
     content_sha256: str | None
-    size_bytes: int
+    content_size_bytes: int | None
     created_at: str
-    actor: str
-    redacted_at: str | None
+    created_by: Actor | None
+    redacted_at: str | None = None
+    redacted_by: Actor | None = None
     content: str | None = None
+
+    def in_view(self, view: View) -> MemoryVersion:
+        """This version as ``view`` shows it: without content in the basic view."""
+        return self if view == "full" or self.content is None else replace(self, content=None)
 
     type = "memory_version"
 
@@ -129,20 +191,59 @@ class Attachment(_Resource):
 
 @dataclass(frozen=True, slots=True)
 class Session(_Resource):
+    """A session and its store attachments. ``fields`` are what its creator sent beside the
+    resources (``agent``, ``environment_id``, ``metadata``, ``title``...), kept and returned."""
+
     id: SessionId
     created_at: str
     ended_at: str | None
     mount_root: str
     resources: tuple[Attachment, ...]
     user_id: str = ""  # the end user the session acts for; "" for none
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
     type = "session"
 
     def to_dict(self) -> dict[str, Any]:
+        """The wire's session: every field the official SDK requires of one (the agent is a
+        snapshot made from what was sent: an id, or an agent reference), then mnemofs's own."""
+        sent = dict(self.fields)
+        agent = sent.pop("agent", None)
+        snapshot: dict[str, Any] = {
+            "type": "agent",
+            "id": "",
+            "name": "",
+            "description": None,
+            "version": 1,
+            "model": {"id": "unknown"},
+            "system": None,
+            "execution_identity": {"type": "service_account"},
+            "mcp_servers": [],
+            "skills": [],
+            "tools": [],
+            "multiagent": None,
+        }
+        if isinstance(agent, str):
+            snapshot.update(id=agent, name=agent)
+        elif isinstance(agent, Mapping):
+            snapshot.update({k: v for k, v in agent.items() if k != "type"})
+            snapshot["name"] = snapshot["name"] or snapshot["id"]
         return {
+            **sent,
             "type": self.type,
             "id": self.id,
+            "agent": snapshot,
+            "environment_id": sent.get("environment_id") or "",
+            "metadata": sent.get("metadata") or {},
+            "title": sent.get("title"),
+            "vault_ids": sent.get("vault_ids") or [],
+            "outcome_evaluations": [],
+            "stats": {},
+            "usage": {},
+            "status": "terminated" if self.ended_at else "idle",
             "created_at": self.created_at,
+            "updated_at": self.ended_at or self.created_at,
+            "archived_at": None,
             "ended_at": self.ended_at,
             "mount_root": self.mount_root,
             "user_id": self.user_id,
@@ -157,12 +258,50 @@ class SecretFinding(_Resource):
 
     memory_store_id: StoreId
     memory_id: MemoryId
-    version_id: VersionId
+    memory_version_id: VersionId
     path: str
     line: int
     kind: str
 
     type = "secret_finding"
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted(_Resource):
+    """What a delete returns: the id and ``memory_deleted`` or ``memory_store_deleted``."""
+
+    id: str
+    kind: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey(_Resource):
+    """An admin credential. ``key`` (the secret) is set only in what ``create`` returns: the
+    database keeps its hash alone."""
+
+    id: str
+    name: str
+    created_at: str
+    revoked_at: str | None
+    key: str | None = None
+
+    type = "api_key"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionToken(_Resource):
+    """A bearer credential that reaches one session and its stores only. ``token`` is set only
+    in what ``create`` returns."""
+
+    id: str
+    session_id: SessionId
+    created_at: str
+    token: str | None = None
+
+    type = "session_token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,26 +352,27 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page of a listing. Iterating walks this page and every following one."""
+    """One page of a listing: ``data`` and the opaque ``next_page`` cursor (``None`` on the
+    last page). Iterating walks this page and every following one."""
 
     data: list[T]
-    next_cursor: str | None
+    next_page: str | None
     _fetch_next: Callable[[str], Page[T]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_more(self) -> bool:
-        return self.next_cursor is not None
+        return self.next_page is not None
 
     def __iter__(self) -> Iterator[T]:
         page: Page[T] = self
         while True:
             yield from page.data
-            if page.next_cursor is None or page._fetch_next is None:
+            if page.next_page is None or page._fetch_next is None:
                 return
-            page = page._fetch_next(page.next_cursor)
+            page = page._fetch_next(page.next_page)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "data": [item.to_dict() for item in self.data],  # type: ignore[attr-defined]
-            "next_cursor": self.next_cursor,
+            "next_page": self.next_page,
         }

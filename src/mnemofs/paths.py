@@ -1,8 +1,10 @@
 """Path and slug rules: pure functions, no I/O.
 
 A memory path is absolute (``/notes/todo.md``), its segments separated by ``/``; no empty, ``.``
-or ``..`` segment; no NUL or control character; each segment at most ``MAX_SEGMENT_BYTES`` and the
-whole path at most ``MAX_PATH_BYTES`` as UTF-8. A *prefix* names a directory and ends with ``/``
+or ``..`` segment; no control or format character and no line or paragraph separator (U+2028,
+U+2029); in Unicode Normalization Form C (the wire's rules: one spelling per name); at most
+``MAX_PATH_SEGMENTS`` segments, each at most ``MAX_SEGMENT_BYTES`` and the whole path at most
+``MAX_PATH_BYTES`` as UTF-8. A *prefix* names a directory and ends with ``/``
 (``/`` itself is the store's root). Paths sort as strings, which for UTF-8 equals byte order.
 """
 
@@ -15,23 +17,46 @@ from collections.abc import Iterable
 from slugify import slugify
 
 from mnemofs.errors import InvalidRequest, NameTooLong
-from mnemofs.limits import MAX_PATH_BYTES, MAX_SEGMENT_BYTES
+from mnemofs.limits import MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_SEGMENT_BYTES
 
 ROOT = "/"
 
+# Unicode categories no path may hold: control, format, surrogate, line and paragraph separator.
+_REFUSED = {
+    "Cc": "control",
+    "Cf": "format",
+    "Cs": "surrogate",
+    "Zl": "separator",
+    "Zp": "separator",
+}
+
 
 def _check_segments(text: str, what: str, segments: list[str]) -> None:
+    if len(segments) > MAX_PATH_SEGMENTS:
+        raise InvalidRequest(
+            f"{what} {text[:60]!r} has {len(segments)} segments, over {MAX_PATH_SEGMENTS}"
+        )
     for segment in segments:
         if segment in ("", ".", ".."):
             shown = segment or "an empty segment"
             raise InvalidRequest(f"{what} {text!r} has {shown!r} as a segment")
-        for ch in segment:
-            if unicodedata.category(ch) == "Cc":
+        if not segment.isascii():
+            for ch in segment:
+                kind = _REFUSED.get(unicodedata.category(ch))
+                if kind == "surrogate":
+                    raise InvalidRequest(f"{what} {text!r} is not valid Unicode")
+                if kind:
+                    raise InvalidRequest(
+                        f"{what} {text!r} contains the {kind} character U+{ord(ch):04X}"
+                    )
+            if not unicodedata.is_normalized("NFC", segment):
                 raise InvalidRequest(
-                    f"{what} {text!r} contains the control character U+{ord(ch):04X}"
+                    f"{what} {text!r} is not in Unicode Normalization Form C (NFC would spell "
+                    f"it {unicodedata.normalize('NFC', text)!r})"
                 )
-            if 0xD800 <= ord(ch) <= 0xDFFF:
-                raise InvalidRequest(f"{what} {text!r} is not valid Unicode")
+        elif not segment.isprintable():
+            ch = next(c for c in segment if not c.isprintable())
+            raise InvalidRequest(f"{what} {text!r} contains the control character U+{ord(ch):04X}")
         if len(segment.encode()) > MAX_SEGMENT_BYTES:
             raise NameTooLong(
                 f"{what} {text!r}: segment {segment[:40]!r}... is over {MAX_SEGMENT_BYTES} bytes"

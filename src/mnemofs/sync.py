@@ -332,7 +332,7 @@ class SyncWorker:
             if (
                 memory is not None
                 and old == memory.path
-                and state.files[old].version_id == memory.version_id
+                and state.files[old].version_id == memory.memory_version_id
             ):
                 continue  # our own upload, or already brought down: nothing new
             if old is not None and (memory is None or memory.path != old):
@@ -416,7 +416,7 @@ class SyncWorker:
         if not writable:
             return self._download(store_id, folder, state, memory, report)
         # Both sides changed: the store's head stays; the local content goes beside it.
-        side = conflict_name(path, memory.version_id)
+        side = conflict_name(path, memory.memory_version_id)
         folder.write(side, data)
         report.conflicts.append(path)
         log.warning("%s changed on both sides: local copy kept as %s", path, side)
@@ -475,7 +475,7 @@ class SyncWorker:
     @staticmethod
     def _remember(state: StoreState, memory: Memory, st: os.stat_result) -> None:
         state.files[memory.path] = Entry(
-            memory.id, memory.version_id, memory.content_sha256, st.st_mtime_ns, st.st_size
+            memory.id, memory.memory_version_id, memory.content_sha256, st.st_mtime_ns, st.st_size
         )
         state.missing_since.pop(memory.path, None)
 

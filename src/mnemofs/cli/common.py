@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from mnemofs import errors
-from mnemofs.models import MEMORY_PREFIX, Page
+from mnemofs.models import MEMORY_PREFIX, Actor, Page
 from mnemofs.store import MemoryService, decode_content, make_engine
 from mnemofs.store.engine import is_default_location
 
@@ -83,14 +83,22 @@ def emit_listing(
 ) -> None:
     """A listing: one page and its next cursor (on stderr in table mode), or every page."""
     entries = page.data if one_page else list(page)
-    next_cursor = page.next_cursor if one_page else None
+    next_page = page.next_page if one_page else None
 
     def table() -> None:
         print_table(headers, [row(e) for e in entries])
-        if next_cursor:
-            click.echo(f"next cursor: {next_cursor}", err=True)
+        if next_page:
+            click.echo(f"next page: {next_page}", err=True)
 
-    emit(ctx, {"data": [e.to_dict() for e in entries], "next_cursor": next_cursor}, table)
+    emit(ctx, {"data": [e.to_dict() for e in entries], "next_page": next_page}, table)
+
+
+def actor_text(actor: Actor | None) -> str:
+    """An actor in one word for tables: ``session:sess_...``, ``key:apikey_...``, ``cli``."""
+    if actor is None:
+        return ""
+    prefix = {"session_actor": "session:", "api_actor": "key:", "user_actor": "user:"}
+    return prefix.get(actor.type, "") + actor.id
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -55,7 +55,10 @@ def db_scan_secrets(ctx: Context, store: str | None) -> None:
         {"data": [f.to_dict() for f in found]},
         lambda: print_table(
             ["STORE", "MEMORY", "VERSION", "PATH", "LINE", "KIND"],
-            [(f.memory_store_id, f.memory_id, f.version_id, f.path, f.line, f.kind) for f in found],
+            [
+                (f.memory_store_id, f.memory_id, f.memory_version_id, f.path, f.line, f.kind)
+                for f in found
+            ],
         ),
     )
     if found:

@@ -17,7 +17,7 @@ from mnemofs.cli.common import (
 from mnemofs.limits import (
     MAX_PAGE_LIMIT,
 )
-from mnemofs.models import Memory
+from mnemofs.models import Deleted, Memory
 
 
 @click.group()
@@ -31,9 +31,9 @@ def show_memory(ctx: Context, memory: Memory) -> None:
             [
                 ("id", memory.id),
                 ("path", memory.path),
-                ("size_bytes", memory.size_bytes),
+                ("content_size_bytes", memory.content_size_bytes),
                 ("content_sha256", memory.content_sha256),
-                ("version_id", memory.version_id),
+                ("memory_version_id", memory.memory_version_id),
                 ("created_at", memory.created_at),
                 ("updated_at", memory.updated_at),
             ]
@@ -72,7 +72,11 @@ def memories_create(
     help="0: the whole subtree; 1: immediate children and directories.",
 )
 @click.option("--limit", type=int, help="One page of this many entries (default: all).")
-@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@click.option(
+    "--page",
+    "cursor",
+    help="Continue with the page this next_page value names (--limit asks one page).",
+)
 @pass_ctx
 def memories_list(
     ctx: Context, store: str, path_prefix: str, depth: int, limit: int | None, cursor: str | None
@@ -92,7 +96,7 @@ def memories_list(
         one_page=limit is not None,
         headers=["TYPE", "PATH", "SIZE", "SHA256", "UPDATED", "ID"],
         row=lambda e: (
-            (e.type, e.path, e.size_bytes, e.content_sha256[:12], e.updated_at, e.id)
+            (e.type, e.path, e.content_size_bytes, e.content_sha256[:12], e.updated_at, e.id)
             if isinstance(e, Memory)
             else (e.type, e.path, "", "", "", "")
         ),
@@ -159,9 +163,23 @@ def memories_update(
 @memories.command("delete")
 @click.argument("store")
 @click.argument("memory")
+@click.option(
+    "--expected-sha256",
+    metavar="HASH",
+    help="Delete only while the memory's content_sha256 is still HASH.",
+)
 @pass_ctx
-def memories_delete(ctx: Context, store: str, memory: str) -> None:
-    """Delete a memory (its versions stay)."""
+def memories_delete(ctx: Context, store: str, memory: str, expected_sha256: str | None) -> None:
+    """Delete a memory (its versions stay; an archived store allows it, as the API does)."""
     store_id = ctx.store(store)
-    version = ctx.service.delete_memory(store_id, ctx.memory(store_id, memory))
-    emit(ctx, version, lambda: click.echo(f"deleted {version.path} ({version.id})"))
+    version = ctx.service.delete_memory(
+        store_id,
+        ctx.memory(store_id, memory),
+        expected_content_sha256=expected_sha256,
+        archived_ok=True,
+    )
+    emit(
+        ctx,
+        Deleted(version.memory_id, "memory_deleted"),
+        lambda: click.echo(f"deleted {version.path} ({version.id})"),
+    )

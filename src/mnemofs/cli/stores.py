@@ -13,7 +13,7 @@ from mnemofs.cli.common import (
     print_fields,
     print_table,
 )
-from mnemofs.models import MemoryStore
+from mnemofs.models import Deleted, MemoryStore
 
 
 @click.group()
@@ -34,6 +34,7 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
                 ("owner", store.owner),
                 ("on_full", store.on_full),
                 ("secrets", store.secrets),
+                ("metadata", ", ".join(f"{k}={v}" for k, v in store.metadata.items())),
                 ("memories", store.memory_count),
                 ("created_at", store.created_at),
                 ("updated_at", store.updated_at),
@@ -74,16 +75,43 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
     help="refuse: a save holding a credential (a cloud key, a private key, a "
     "token, a URL with a password) is refused, naming kind and line.",
 )
+@click.option(
+    "--metadata", "pairs", multiple=True, metavar="KEY=VALUE", help="A metadata pair (repeatable)."
+)
 @pass_ctx
 def stores_create(
-    ctx: Context, name: str, description: str, kind: Any, owner: str, on_full: Any, secrets: Any
+    ctx: Context,
+    name: str,
+    description: str,
+    kind: Any,
+    owner: str,
+    on_full: Any,
+    secrets: Any,
+    pairs: tuple[str, ...],
 ) -> None:
     """Create a store named NAME."""
     ctx.may_create = True
     store = ctx.service.create_store(
-        name, description, kind=kind, owner=owner, on_full=on_full, secrets=secrets
+        name,
+        description,
+        kind=kind,
+        owner=owner,
+        on_full=on_full,
+        secrets=secrets,
+        metadata={k: v for k, v in _pairs(pairs).items() if v is not None},
     )
     show_store(ctx, store)
+
+
+def _pairs(pairs: tuple[str, ...], unset: tuple[str, ...] = ()) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--metadata")
+        out[key] = value
+    out.update((key, None) for key in unset)
+    return out
 
 
 @stores.command("list")
@@ -94,7 +122,7 @@ def stores_list(ctx: Context, include_archived: bool) -> None:
     found = list(ctx.service.list_stores(include_archived=include_archived))
     emit(
         ctx,
-        {"data": [s.to_dict() for s in found]},
+        {"data": [s.to_dict() for s in found], "next_page": None},
         lambda: print_table(
             ["ID", "NAME", "MEMORIES", "CREATED", "ARCHIVED"],
             [(s.id, s.name, s.memory_count, s.created_at, s.archived_at or "") for s in found],
@@ -124,6 +152,10 @@ def stores_show(ctx: Context, store: str) -> None:
     type=click.Choice(["refuse", "allow"]),
     help="Whether a save holding a credential is refused.",
 )
+@click.option(
+    "--metadata", "pairs", multiple=True, metavar="KEY=VALUE", help="Set a metadata pair."
+)
+@click.option("--unset-metadata", "unset", multiple=True, metavar="KEY", help="Remove a key.")
 @pass_ctx
 def stores_update(
     ctx: Context,
@@ -132,13 +164,20 @@ def stores_update(
     description: str | None,
     on_full: Any,
     secrets: Any,
+    pairs: tuple[str, ...],
+    unset: tuple[str, ...],
 ) -> None:
-    """Rename a store, change its description, its capacity or its secrets policy."""
+    """Rename a store, change its description, metadata, capacity or secrets policy."""
     store_id = ctx.store(store)
     show_store(
         ctx,
         ctx.service.update_store(
-            store_id, name=name, description=description, on_full=on_full, secrets=secrets
+            store_id,
+            name=name,
+            description=description,
+            on_full=on_full,
+            secrets=secrets,
+            metadata=_pairs(pairs, unset) if pairs or unset else None,
         ),
     )
 
@@ -161,4 +200,4 @@ def stores_delete(ctx: Context, store: str, yes: bool) -> None:
         raise click.UsageError("deleting a store removes all its memories and versions: add --yes")
     store_id = ctx.store(store)
     ctx.service.delete_store(store_id)
-    emit(ctx, {"id": store_id, "deleted": True}, lambda: click.echo(f"deleted {store_id}"))
+    emit(ctx, Deleted(store_id, "memory_store_deleted"), lambda: click.echo(f"deleted {store_id}"))

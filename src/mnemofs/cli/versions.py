@@ -6,6 +6,7 @@ import click
 
 from mnemofs.cli.common import (
     Context,
+    actor_text,
     emit,
     emit_listing,
     pass_ctx,
@@ -32,11 +33,12 @@ def show_version(ctx: Context, version: MemoryVersion) -> None:
                 ("memory_id", version.memory_id),
                 ("operation", version.operation),
                 ("path", version.path),
-                ("size_bytes", version.size_bytes),
+                ("content_size_bytes", version.content_size_bytes),
                 ("content_sha256", version.content_sha256),
-                ("actor", version.actor),
+                ("created_by", actor_text(version.created_by)),
                 ("created_at", version.created_at),
                 ("redacted_at", version.redacted_at),
+                ("redacted_by", actor_text(version.redacted_by)),
             ]
         )
         if version.content is not None:
@@ -50,7 +52,11 @@ def show_version(ctx: Context, version: MemoryVersion) -> None:
 @click.argument("store")
 @click.option("--memory", help="Only this memory's versions (a mem_ id, or a live path).")
 @click.option("--limit", type=int, help="One page of this many versions (default: all).")
-@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@click.option(
+    "--page",
+    "cursor",
+    help="Continue with the page this next_page value names (--limit asks one page).",
+)
 @pass_ctx
 def versions_list(
     ctx: Context, store: str, memory: str | None, limit: int | None, cursor: str | None
@@ -68,13 +74,13 @@ def versions_list(
         ctx,
         page,
         one_page=limit is not None,
-        headers=["ID", "OPERATION", "PATH", "SIZE", "ACTOR", "CREATED", "REDACTED"],
+        headers=["ID", "OPERATION", "PATH", "SIZE", "CREATED_BY", "CREATED", "REDACTED"],
         row=lambda v: (
             v.id,
             v.operation,
-            v.path,
-            v.size_bytes,
-            v.actor,
+            v.path or "",
+            "" if v.content_size_bytes is None else v.content_size_bytes,
+            actor_text(v.created_by),
             v.created_at,
             v.redacted_at or "",
         ),

@@ -44,7 +44,7 @@ class RefreshMixin(FilesMixin):
         """Is ``change`` one of ours that the tree already shows? (A save whose commit outcome
         was unknown, or another mount of this same session, makes ours that it does not.)"""
         version = change.version
-        if version.actor != self.actor:
+        if version.created_by is None or version.created_by.stored != self.actor:
             return False
         node = self.by_memory.get(version.memory_id)
         if node is None:

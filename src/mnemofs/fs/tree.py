@@ -103,9 +103,9 @@ class TreeBase:
             self.by_memory.pop(node.memory_id, None)
         self.by_memory[memory.id] = node
         node.memory_id = memory.id
-        node.version_id = memory.version_id
+        node.version_id = memory.memory_version_id
         node.sha256 = memory.content_sha256
-        node.size = memory.size_bytes
+        node.size = memory.content_size_bytes
         node.temporary = False
         mtime = _ns(memory.updated_at)
         node.mtime_ns = node.ctime_ns = mtime

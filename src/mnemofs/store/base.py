@@ -8,13 +8,14 @@ contract.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from mnemofs import limits
 from mnemofs.content import Content
@@ -30,7 +31,6 @@ from mnemofs.models import (
     Attachment,
     Memory,
     MemoryId,
-    Operation,
     Session,
     SessionId,
     StoreId,
@@ -60,6 +60,8 @@ from mnemofs.store.rows import (
 from mnemofs.store.sql import Database, Tx
 
 T = TypeVar("T")
+# What memory_versions.operation holds: the wire's words, and 'renamed' for a path change.
+StoredOperation = Literal["created", "modified", "renamed", "deleted"]
 log = logging.getLogger("mnemofs.store")
 
 
@@ -114,16 +116,25 @@ class ServiceBase:
         return row
 
     def _change_store(
-        self, tx: Tx, store_id: str, count_delta: int = 0, *, room_for: str | None = None
+        self,
+        tx: Tx,
+        store_id: str,
+        count_delta: int = 0,
+        *,
+        room_for: str | None = None,
+        archived_ok: bool = False,
     ) -> str:
         """The first statement of every change to a store's memories or directories: lock the
-        store's row, refuse an archived store (and, with ``room_for``, a full one), count the
-        change. One UPDATE on the happy path; the reason is looked up only on refusal. Returns
-        the store's secrets policy (for ``_screen``)."""
+        store's row, refuse an archived store (unless ``archived_ok``: a delete through the
+        API) and, with ``room_for``, a full one; count the change. One UPDATE on the happy
+        path; the reason is looked up only on refusal. Returns the store's secrets policy (for
+        ``_screen``)."""
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
-            "revision = revision + 1 WHERE id = :id AND archived_at IS NULL"
+            "revision = revision + 1 WHERE id = :id"
         )
+        if not archived_ok:
+            sql += " AND archived_at IS NULL"
         if room_for is not None:
             sql += " AND memory_count < :max"
         if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
@@ -243,7 +254,7 @@ class ServiceBase:
         *,
         store_id: str,
         memory_id: str,
-        operation: Operation,
+        operation: StoredOperation,
         path: str,
         content: str | None,
         sha: str | None,
@@ -340,10 +351,10 @@ class ServiceBase:
             memory_store_id=StoreId(store_id),
             path=path,
             content_sha256=sha,
-            size_bytes=size,
+            content_size_bytes=size,
+            memory_version_id=version_id,
             created_at=now,
             updated_at=now,
-            version_id=version_id,
             content=content,
         )
 
@@ -367,7 +378,7 @@ class ServiceBase:
             new = Content.stored(row.content, row.content_sha256, row.size_bytes)
         if new_path == row.path and new.sha256 == row.content_sha256:
             return _memory(row, new.text)
-        operation: Operation = "renamed" if new_path != row.path else "modified"
+        operation: StoredOperation = "renamed" if new_path != row.path else "modified"
         now = utc_now()
         new_content, sha, size = new.text, new.sha256, new.size
         version_id = self._write_version(
@@ -404,10 +415,10 @@ class ServiceBase:
             memory_store_id=StoreId(store_id),
             path=new_path,
             content_sha256=sha,
-            size_bytes=size,
+            content_size_bytes=size,
+            memory_version_id=version_id,
             created_at=row.created_at,
             updated_at=now,
-            version_id=version_id,
             content=new_content,
         )
 
@@ -446,7 +457,8 @@ class ServiceBase:
     @staticmethod
     def _session(tx: Tx, session_id: str) -> Session:
         row = tx.one(
-            "SELECT id, created_at, ended_at, mount_root, user_id FROM sessions WHERE id = :id",
+            "SELECT id, created_at, ended_at, mount_root, user_id, fields FROM sessions "
+            "WHERE id = :id",
             {"id": session_id},
         )
         if row is None:
@@ -479,4 +491,5 @@ class ServiceBase:
             mount_root=row.mount_root,
             resources=resources,
             user_id=row.user_id,
+            fields=json.loads(row.fields),
         )

@@ -106,7 +106,7 @@ class FeedMixin(ServiceBase):
                         memory_id=MemoryId(r.folded_id),
                         operation="deleted",
                         content_sha256=None,
-                        size_bytes=0,
+                        content_size_bytes=None,
                     )
                     out.append(Change(int(r.seq), gone))
                 out.append(Change(int(r.seq), version))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,12 +15,14 @@ from mnemofs.errors import (
     PreconditionFailed,
 )
 from mnemofs.models import (
+    Actor,
     Memory,
     MemoryId,
     MemoryPrefix,
     MemoryVersion,
     Page,
     StoreId,
+    View,
 )
 from mnemofs.paths import (
     ROOT,
@@ -141,18 +144,29 @@ class MemoriesMixin(ServiceBase):
         store_id: str,
         memory_id: str,
         *,
+        expected_content_sha256: str | None = None,
         actor: str | None = None,
         keep_directory: bool = False,
+        archived_ok: bool = False,
     ) -> MemoryVersion:
         """Delete a memory; its versions stay, and a ``deleted`` version records who and when.
 
-        ``keep_directory`` keeps the memory's directory as an explicit one if this was the last
-        memory in it (a filesystem's ``rm a/b`` leaves ``a/`` in place).
+        With ``expected_content_sha256`` the delete applies only while the stored hash still
+        matches. ``keep_directory`` keeps the memory's directory as an explicit one if this was
+        the last memory in it (a filesystem's ``rm a/b`` leaves ``a/`` in place).
+        ``archived_ok`` deletes from an archived store too (the HTTP API's rule: archiving stops
+        new content, not clean-up).
         """
+        wanted = _precondition_hash(expected_content_sha256, "expected_content_sha256")
 
         def run(tx: Tx) -> MemoryVersion:
-            self._change_store(tx, store_id, -1)
+            self._change_store(tx, store_id, -1, archived_ok=archived_ok)
             row = self._memory_row(tx, store_id, memory_id)
+            if wanted is not None and row.content_sha256 != wanted:
+                raise PreconditionFailed(
+                    f"memory {memory_id} at {row.path!r} has content_sha256 "
+                    f"{row.content_sha256}, not {wanted}: not deleted"
+                )
             now = utc_now()
             version_id = self._remove_memory(
                 tx, store_id, row, actor, now, keep_directory=keep_directory
@@ -164,10 +178,9 @@ class MemoriesMixin(ServiceBase):
                 operation="deleted",
                 path=row.path,
                 content_sha256=None,
-                size_bytes=0,
+                content_size_bytes=None,
                 created_at=now,
-                actor=actor or self.actor,
-                redacted_at=None,
+                created_by=Actor.from_stored(actor or self.actor),
             )
 
         return self._write(run)
@@ -178,10 +191,11 @@ class MemoriesMixin(ServiceBase):
         *,
         path_prefix: str = ROOT,
         depth: int | None = 0,
+        view: View = "basic",
         limit: int = limits.DEFAULT_PAGE_LIMIT,
         cursor: str | None = None,
     ) -> Page[Memory | MemoryPrefix]:
-        """Memories under ``path_prefix`` in path order, without content.
+        """Memories under ``path_prefix`` in path order, with content in the full view.
 
         ``depth`` 0 (or None) lists the whole subtree; 1 lists immediate children, where child
         directories appear as ``MemoryPrefix`` entries.
@@ -191,31 +205,35 @@ class MemoriesMixin(ServiceBase):
             depth = 0
         if depth not in (0, 1) or isinstance(depth, bool):
             raise InvalidRequest(f"depth must be 0 (whole subtree) or 1 (children), got {depth!r}")
-        limit = _validate_limit(limit)
-        kind = f"memories:{prefix}:{depth}"
-        after = _decode_cursor(kind, cursor)
+        limit = _validate_limit(limit, view)
+        full = view == "full"
+        query = json.dumps(["memories", store_id, prefix, depth])
+        after = _decode_cursor(query, cursor)
 
         def run(tx: Tx) -> Page[Memory | MemoryPrefix]:
             self._store_row(tx, store_id)
             entries: list[Memory | MemoryPrefix]
             if depth == 0:
-                entries = [_memory(r) for r in self._range(tx, store_id, prefix, after, limit + 1)]
+                rows = self._range(tx, store_id, prefix, after, limit + 1, content=full)
+                entries = [_memory(r, r.content if full else None) for r in rows]
             else:
-                entries = self._children(tx, store_id, prefix, after, limit + 1)
+                entries = self._children(tx, store_id, prefix, after, limit + 1, content=full)
             data = entries[:limit]
             more = len(entries) > limit
             return Page(
                 data,
-                _encode_cursor(kind, data[-1].path) if more else None,
+                _encode_cursor(query, data[-1].path) if more else None,
                 lambda c: self.list_memories(
-                    store_id, path_prefix=prefix, depth=depth, limit=limit, cursor=c
+                    store_id, path_prefix=prefix, depth=depth, view=view, limit=limit, cursor=c
                 ),
             )
 
         return self._read(run)
 
     @staticmethod
-    def _range(tx: Tx, store_id: str, prefix: str, after: str | None, limit: int) -> list[Any]:
+    def _range(
+        tx: Tx, store_id: str, prefix: str, after: str | None, limit: int, *, content: bool = False
+    ) -> list[Any]:
         """Memories under ``prefix`` in path order, past the listing key ``after``."""
         if after is None:
             low, op = prefix, ">="
@@ -223,14 +241,22 @@ class MemoriesMixin(ServiceBase):
             low, op = prefix_upper_bound(after), ">="
         else:
             low, op = after, ">"
+        cols = _MEMORY_COLS + (", content" if content else "")
         return tx.all(
-            f"SELECT {_MEMORY_COLS} FROM memories WHERE store_id = :store AND path {op} :low "
+            f"SELECT {cols} FROM memories WHERE store_id = :store AND path {op} :low "
             "AND path < :high ORDER BY path LIMIT :limit",
             {"store": store_id, "low": low, "high": prefix_upper_bound(prefix), "limit": limit},
         )
 
     def _children(
-        self, tx: Tx, store_id: str, prefix: str, after: str | None, want: int
+        self,
+        tx: Tx,
+        store_id: str,
+        prefix: str,
+        after: str | None,
+        want: int,
+        *,
+        content: bool = False,
     ) -> list[Memory | MemoryPrefix]:
         """Up to ``want`` immediate children of ``prefix`` past ``after``, in path order.
 
@@ -243,12 +269,12 @@ class MemoriesMixin(ServiceBase):
         batch = 4  # small after a seek (the next row may open another directory), grows on files
         while len(found) < want:
             asked = min(batch, want - len(found))
-            rows = self._range(tx, store_id, prefix, cursor, asked)
+            rows = self._range(tx, store_id, prefix, cursor, asked, content=content)
             for row in rows:
                 rest = row.path[len(prefix) :]
                 slash = rest.find("/")
                 if slash < 0:
-                    found[row.path] = _memory(row)
+                    found[row.path] = _memory(row, row.content if content else None)
                     cursor = row.path
                     continue
                 child = prefix + rest[: slash + 1]

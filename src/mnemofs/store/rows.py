@@ -22,6 +22,7 @@ from mnemofs.models import (
     ON_FULL_POLICIES,
     SECRETS_POLICIES,
     Access,
+    Actor,
     Memory,
     MemoryId,
     MemoryStore,
@@ -30,6 +31,7 @@ from mnemofs.models import (
     SecretsPolicy,
     StoreId,
     VersionId,
+    View,
 )
 from mnemofs.secrets import find_secrets
 from mnemofs.store.sql import Tx
@@ -50,12 +52,12 @@ _MEMORY_COLS = (
 
 _VERSION_COLS = (
     "id, store_id, memory_id, operation, path, content_sha256, size_bytes, created_at, actor, "
-    "redacted_at"
+    "redacted_at, redacted_by"
 )
 
 _STORE_COLS = (
-    "id, name, description, created_at, updated_at, archived_at, memory_count, kind, owner, "
-    "on_full, secrets"
+    "id, name, description, metadata, created_at, updated_at, archived_at, memory_count, kind, "
+    "owner, on_full, secrets"
 )
 
 
@@ -66,6 +68,22 @@ def utc_now() -> str:
 
 def _timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _validate_time(value: object, what: str) -> str | None:
+    """An RFC 3339 bound (any offset, or a date) as the stored timestamp format, or None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value).replace("z", "Z"))
+        except ValueError:
+            raise InvalidRequest(f"{what} {value!r} is not an RFC 3339 timestamp") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return _timestamp(moment)
 
 
 def sha256_hex(content: str) -> str:
@@ -94,29 +112,73 @@ def validate_content(content: object) -> str:
     return Content.from_text(content).text
 
 
-def _validate_limit(limit: object) -> int:
+def _validate_limit(limit: object, view: object = "basic") -> int:
+    """A page size: 1..MAX_PAGE_LIMIT, or 1..MAX_FULL_PAGE_LIMIT with content (``view=full``)."""
     if not isinstance(limit, int) or isinstance(limit, bool):
         raise InvalidRequest(f"limit must be an integer, got {limit!r}")
-    if not 1 <= limit <= limits.MAX_PAGE_LIMIT:
-        raise InvalidRequest(f"limit {limit} is outside 1..{limits.MAX_PAGE_LIMIT}")
+    most = limits.MAX_FULL_PAGE_LIMIT if _validate_view(view) == "full" else limits.MAX_PAGE_LIMIT
+    if not 1 <= limit <= most:
+        with_view = " with view=full" if most == limits.MAX_FULL_PAGE_LIMIT else ""
+        raise InvalidRequest(f"limit {limit} is outside 1..{most}{with_view}")
     return limit
 
 
-def _encode_cursor(kind: str, key: str | int) -> str:
-    raw = json.dumps([kind, key], separators=(",", ":")).encode()
+def _validate_view(view: object) -> View:
+    if view not in ("basic", "full"):
+        raise InvalidRequest(f"view {view!r} is not one of basic, full")
+    return view
+
+
+def _validate_metadata(
+    metadata: object, current: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Store metadata: string pairs, at most MAX_METADATA_PAIRS. With ``current`` it is an
+    update: merged into ``current``, where a ``None`` value deletes that key."""
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidRequest(f"metadata must be an object of string values, got {metadata!r}")
+    merged = dict(current or {})
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= limits.MAX_METADATA_KEY_CHARS:
+            raise InvalidRequest(
+                f"metadata key {key!r} must be 1..{limits.MAX_METADATA_KEY_CHARS} characters"
+            )
+        if value is None and current is not None:
+            merged.pop(key, None)
+            continue
+        if not isinstance(value, str) or len(value) > limits.MAX_METADATA_VALUE_CHARS:
+            raise InvalidRequest(
+                f"metadata value of {key!r} must be a string of at most "
+                f"{limits.MAX_METADATA_VALUE_CHARS} characters, got {str(value)[:60]!r}"
+            )
+        merged[key] = value
+    if len(merged) > limits.MAX_METADATA_PAIRS:
+        raise InvalidRequest(
+            f"metadata would hold {len(merged)} keys, over {limits.MAX_METADATA_PAIRS}"
+        )
+    return merged
+
+
+def _encode_cursor(query: str, key: str | int) -> str:
+    """An opaque ``next_page``: the listing key to continue after, bound to the query (its
+    filters and page size) so that it cannot continue another one."""
+    raw = json.dumps([query, key], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(kind: str, cursor: str | None) -> Any:
+def _decode_cursor(query: str, cursor: str | None) -> Any:
     if cursor is None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        got_kind, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        got_query, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
     except (ValueError, TypeError, binascii.Error):
-        raise InvalidRequest(f"cursor {cursor!r} is not a cursor this listing returned") from None
-    if got_kind != kind:
-        raise InvalidRequest(f"cursor {cursor!r} belongs to another kind of listing")
+        raise InvalidRequest(f"page {cursor[:80]!r} is not a cursor a listing returned") from None
+    if got_query != query:
+        raise InvalidRequest(
+            f"page {cursor[:80]!r} belongs to another query: resend the query that returned it"
+        )
     return key
 
 
@@ -126,27 +188,32 @@ def _memory(row: Any, content: str | None = None) -> Memory:
         memory_store_id=StoreId(row.store_id),
         path=row.path,
         content_sha256=row.content_sha256,
-        size_bytes=row.size_bytes,
+        content_size_bytes=row.size_bytes,
+        memory_version_id=VersionId(row.head_version_id),
         created_at=row.created_at,
         updated_at=row.updated_at,
-        version_id=VersionId(row.head_version_id),
         content=content,
     )
 
 
 def _version(row: Any, content: str | None = None) -> MemoryVersion:
+    """A version row as the wire shows it: a rename is 'modified'; a redacted version has no
+    path, hash or size; a deletion no hash or size."""
+    redacted = row.redacted_at is not None
+    deleted = row.operation == "deleted"
     return MemoryVersion(
         id=VersionId(row.id),
         memory_store_id=StoreId(row.store_id),
         memory_id=MemoryId(row.memory_id),
-        operation=row.operation,
-        path=row.path,
-        content_sha256=row.content_sha256,
-        size_bytes=row.size_bytes,
+        operation="modified" if row.operation == "renamed" else row.operation,
+        path=None if redacted else row.path,
+        content_sha256=None if redacted or deleted else row.content_sha256,
+        content_size_bytes=None if redacted or deleted else row.size_bytes,
         created_at=row.created_at,
-        actor=row.actor,
+        created_by=Actor.from_stored(row.actor) if row.actor else None,
         redacted_at=row.redacted_at,
-        content=content,
+        redacted_by=Actor.from_stored(row.redacted_by) if row.redacted_by else None,
+        content=None if redacted or deleted else content,
     )
 
 
@@ -155,6 +222,7 @@ def _store(row: Any) -> MemoryStore:
         id=StoreId(row.id),
         name=row.name,
         description=row.description,
+        metadata=json.loads(row.metadata),
         created_at=row.created_at,
         updated_at=row.updated_at,
         archived_at=row.archived_at,
@@ -231,8 +299,9 @@ def _validate_description(description: object) -> str:
     return description
 
 
-def _precondition_hash(precondition: object) -> str | None:
-    """The hash a precondition demands: ``{"type": "content_sha256", "content_sha256": H}``."""
+def _precondition_hash(precondition: object, what: str = "precondition") -> str | None:
+    """The hash a precondition demands: ``{"type": "content_sha256", "content_sha256": H}``
+    (or ``H`` itself)."""
     if precondition is None:
         return None
     if isinstance(precondition, Mapping):
@@ -245,7 +314,7 @@ def _precondition_hash(precondition: object) -> str | None:
     else:
         wanted = precondition
     if not isinstance(wanted, str) or len(wanted) != 64 or not _is_hex(wanted):
-        raise InvalidRequest(f"precondition content_sha256 {wanted!r} is not a SHA-256 hex digest")
+        raise InvalidRequest(f"{what} content_sha256 {wanted!r} is not a SHA-256 hex digest")
     return wanted.lower()
 
 

@@ -80,6 +80,9 @@ memory_stores = Table(
     # 'refuse': a save whose content holds a credential (mnemofs/secrets.py) is refused;
     # 'allow': stored as any text. New stores refuse; stores from before 0007 allow.
     Column("secrets", Text, nullable=False, server_default="refuse"),
+    # A JSON object of string pairs (<= MAX_METADATA_PAIRS) for the caller's own bookkeeping;
+    # an update merges into it and a null value deletes a key.
+    Column("metadata", Text, nullable=False, server_default="{}"),
 )
 
 memories = Table(
@@ -112,15 +115,20 @@ memory_versions = Table(
     Column("store_id", Text, ForeignKey("memory_stores.id"), nullable=False),
     # No foreign key: versions outlive the memory they describe.
     Column("memory_id", Text, nullable=False),
-    Column("operation", Text, nullable=False),  # created | modified | renamed | deleted
+    # created | modified | renamed | deleted. 'renamed' (a path change, content untouched) is
+    # recorded as such and spoken as 'modified' with the new path, the wire's word for it.
+    Column("operation", Text, nullable=False),
     Column("path", PathText, nullable=False),  # the memory's path after the change
     # The memory's content after the change. NULL once redacted, and for 'deleted' versions.
     Column("content", Text),
     Column("content_sha256", Text),  # NULL exactly when content is
     Column("size_bytes", Integer, nullable=False),  # kept through redaction
     Column("created_at", Text, nullable=False),
-    Column("actor", Text, nullable=False),  # a session id, 'cli', 'api' or 'sync'
+    # Who wrote it (models.Actor): a session id, an API key id, 'user:<id>', or a word naming a
+    # service account of mnemofs's own ('cli', 'api', 'evict').
+    Column("actor", Text, nullable=False),
     Column("redacted_at", Text),
+    Column("redacted_by", Text),  # the actor that redacted it, stored as ``actor`` is
     # A fold (a mount's fresh temporary file renamed over this memory) drops the temporary
     # memory's whole history: this version, which took its content, names it, and the change
     # feed reports it deleted here, so mounts and sync workers that saw it let go of it.
@@ -150,6 +158,9 @@ sessions = Table(
     Column("ended_at", Text),
     Column("mount_root", Text, nullable=False),  # '/mnt/memory' unless asked otherwise
     Column("user_id", Text, nullable=False, server_default=""),  # the end user, '' for none
+    # A JSON object: what the creator sent beside the resources (agent, environment_id,
+    # metadata, title...), returned as sent.
+    Column("fields", Text, nullable=False, server_default="{}"),
 )
 
 session_attachments = Table(
@@ -163,6 +174,31 @@ session_attachments = Table(
     # Fixed at creation so a later store rename never moves a session's mount.
     Column("slug", Text, nullable=False),
     Index(None, "store_id"),
+)
+
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    # An admin credential. The secret is shown once at creation; only its SHA-256 is kept (a
+    # random 256-bit secret needs no slow hash). The key's text names its id, so checking one
+    # is a primary-key read and one constant-time compare.
+    Column("id", Text, primary_key=True),  # apikey_<ULID>
+    Column("name", Text, nullable=False),
+    Column("secret_hash", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("revoked_at", Text),  # set once; a revoked key is refused from the next request on
+)
+
+session_tokens = Table(
+    "session_tokens",
+    metadata,
+    # A credential that reaches one session and the stores attached to it, as their access
+    # allows. Hashed like api_keys; dead once its session has ended.
+    Column("id", Text, primary_key=True),  # sesstok_<ULID>
+    Column("session_id", Text, ForeignKey("sessions.id"), nullable=False, index=True),
+    Column("secret_hash", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
 )
 
 

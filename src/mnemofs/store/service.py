@@ -16,6 +16,7 @@ The SQL here is plain and portable between SQLite and PostgreSQL (see ``sql.py``
 
 from __future__ import annotations
 
+from mnemofs.store.credentials import CredentialsMixin
 from mnemofs.store.feed import FeedMixin
 from mnemofs.store.journals import JournalMixin
 from mnemofs.store.memories import MemoriesMixin
@@ -45,6 +46,7 @@ class MemoryService(
     JournalMixin,
     RecallMixin,
     SessionsMixin,
+    CredentialsMixin,
 ):
     """Stores, memories, versions and sessions over one database (one workspace).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from mnemofs.errors import (
 from mnemofs.models import (
     ACCESS_MODES,
     SESSION_PREFIX,
+    Page,
     Session,
     SessionId,
     new_id,
@@ -21,6 +23,9 @@ from mnemofs.paths import (
 )
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
+    _decode_cursor,
+    _encode_cursor,
+    _validate_limit,
     _validate_user,
     utc_now,
 )
@@ -36,8 +41,10 @@ class SessionsMixin(ServiceBase):
         *,
         mount_root: str = limits.DEFAULT_MOUNT_ROOT,
         user: str | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> Session:
-        """A session with its store attachments, fixed for its lifetime.
+        """A session with its store attachments, fixed for its lifetime; ``fields`` (what the
+        caller sent beside them: agent, environment_id, metadata...) are kept as sent.
 
         With ``user`` the session acts for that end user: it may attach general stores and that
         user's stores, never another user's; with no resources given it attaches every live
@@ -59,6 +66,7 @@ class SessionsMixin(ServiceBase):
         if not isinstance(mount_root, str) or not mount_root.startswith("/"):
             raise InvalidRequest(f"mount_root {mount_root!r} must be an absolute path")
         mount_root = mount_root.rstrip("/") or "/"
+        kept = _validate_fields(fields)
 
         def run(tx: Tx) -> Session:
             if user and not specs:
@@ -86,9 +94,15 @@ class SessionsMixin(ServiceBase):
                 stores.append(row)
             session_id = SessionId(new_id(SESSION_PREFIX))
             tx.run(
-                "INSERT INTO sessions (id, created_at, ended_at, mount_root, user_id) "
-                "VALUES (:id, :now, NULL, :root, :user)",
-                {"id": session_id, "now": utc_now(), "root": mount_root, "user": user},
+                "INSERT INTO sessions (id, created_at, ended_at, mount_root, user_id, fields) "
+                "VALUES (:id, :now, NULL, :root, :user, :fields)",
+                {
+                    "id": session_id,
+                    "now": utc_now(),
+                    "root": mount_root,
+                    "user": user,
+                    "fields": kept,
+                },
             )
             slugs = unique_slugs(row.name for row in stores)
             for position, (spec, slug) in enumerate(zip(specs, slugs, strict=True)):
@@ -158,6 +172,45 @@ class SessionsMixin(ServiceBase):
     def get_session(self, session_id: str) -> Session:
         return self._read(lambda tx: self._session(tx, session_id))
 
+    def list_sessions(
+        self,
+        *,
+        memory_store_id: str | None = None,
+        limit: int = limits.DEFAULT_PAGE_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[Session]:
+        """Sessions newest first; with ``memory_store_id`` only those it is attached to."""
+        limit = _validate_limit(limit)
+        query = json.dumps(["sessions", memory_store_id])
+        before = _decode_cursor(query, cursor)
+        where = []
+        if memory_store_id is not None:
+            where.append(
+                "id IN (SELECT session_id FROM session_attachments WHERE store_id = :store)"
+            )
+        if before is not None:
+            where.append("id < :before")
+        sql = "SELECT id FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT :limit"
+
+        def run(tx: Tx) -> Page[Session]:
+            if memory_store_id is not None:
+                self._store_row(tx, memory_store_id)
+            params = {"store": memory_store_id, "before": before, "limit": limit + 1}
+            ids = [r.id for r in tx.all(sql, params)]
+            data = [self._session(tx, session_id) for session_id in ids[:limit]]
+            return Page(
+                data,
+                _encode_cursor(query, ids[limit - 1]) if len(ids) > limit else None,
+                lambda c: self.list_sessions(
+                    memory_store_id=memory_store_id, limit=limit, cursor=c
+                ),
+            )
+
+        return self._read(run)
+
     def end_session(self, session_id: str) -> Session:
         """End a session; ending an ended session changes nothing."""
 
@@ -169,3 +222,53 @@ class SessionsMixin(ServiceBase):
             return self._session(tx, session_id)
 
         return self._write(run)
+
+
+# Fields of a session that mnemofs computes: a caller cannot set them.
+_COMPUTED = frozenset(
+    {
+        "id",
+        "type",
+        "created_at",
+        "updated_at",
+        "ended_at",
+        "archived_at",
+        "status",
+        "resources",
+        "mount_root",
+        "user_id",
+        "stats",
+        "usage",
+        "outcome_evaluations",
+    }
+)
+MAX_FIELDS_BYTES = 64 * 1024  # what a session's creator may send beside its resources, as JSON
+
+
+def _validate_fields(fields: Mapping[str, Any] | None) -> str:
+    """What a session's creator sent beside its resources, as the JSON kept for it."""
+    if not fields:
+        return "{}"
+    if not isinstance(fields, Mapping):
+        raise InvalidRequest(f"session fields must be an object, got {fields!r}")
+    taken = sorted(_COMPUTED & set(fields))
+    if taken:
+        raise InvalidRequest(f"session field(s) {taken} are set by mnemofs, not by the caller")
+    agent = fields.get("agent")
+    if agent is not None and not isinstance(agent, str | Mapping):
+        raise InvalidRequest(f"agent must be an agent id or an object, got {agent!r}")
+    for key in ("environment_id", "title"):
+        if fields.get(key) is not None and not isinstance(fields[key], str):
+            raise InvalidRequest(f"{key} must be a string, got {fields[key]!r}")
+    metadata = fields.get("metadata")
+    if metadata is not None and (
+        not isinstance(metadata, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        raise InvalidRequest(f"metadata must be an object of string values, got {metadata!r}")
+    text = json.dumps(dict(fields), separators=(",", ":"))
+    if len(text) > MAX_FIELDS_BYTES:
+        raise InvalidRequest(
+            f"session fields are {len(text)} bytes of JSON, over {MAX_FIELDS_BYTES}"
+        )
+    return text

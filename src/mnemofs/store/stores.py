@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection, Mapping
+
 from mnemofs import limits
 from mnemofs.errors import (
     Conflict,
@@ -24,13 +27,16 @@ from mnemofs.store.rows import (
     _STORE_COLS,
     _decode_cursor,
     _encode_cursor,
+    _placeholders,
     _purge_search_index,
     _store,
     _validate_description,
     _validate_limit,
+    _validate_metadata,
     _validate_on_full,
     _validate_secrets,
     _validate_store_name,
+    _validate_time,
     _validate_user,
     utc_now,
 )
@@ -49,10 +55,12 @@ class StoresMixin(ServiceBase):
         owner: str = "",
         on_full: OnFull = "refuse",
         secrets: SecretsPolicy = "refuse",
+        metadata: Mapping[str, str] | None = None,
     ) -> MemoryStore:
-        """A new store; ``kind='journal'`` makes a turn journal (see ``append_journal``);
-        ``owner`` gives it to one end user (``""``: a general store); ``secrets='allow'``
-        stores content that holds credentials (refused by default, see ``mnemofs.secrets``)."""
+        """A new store with ``metadata`` (string pairs for the caller's bookkeeping);
+        ``kind='journal'`` makes a turn journal (see ``append_journal``); ``owner`` gives it to
+        one end user (``""``: a general store); ``secrets='allow'`` stores content that holds
+        credentials (refused by default, see ``mnemofs.secrets``)."""
         name = _validate_store_name(name)
         description = _validate_description(description)
         if kind not in STORE_KINDS:
@@ -60,11 +68,13 @@ class StoresMixin(ServiceBase):
         owner = _validate_user(owner, "owner")
         on_full = _validate_on_full(on_full)
         secrets = _validate_secrets(secrets)
+        pairs = _validate_metadata(metadata)
         now = utc_now()
         store = MemoryStore(
             id=StoreId(new_id(STORE_PREFIX)),
             name=name,
             description=description,
+            metadata=pairs,
             created_at=now,
             updated_at=now,
             archived_at=None,
@@ -77,14 +87,15 @@ class StoresMixin(ServiceBase):
 
         def run(tx: Tx) -> MemoryStore:
             tx.run(
-                "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
-                "archived_at, memory_count, revision, kind, owner, on_full, secrets) VALUES "
-                "(:id, :name, :description, :created_at, :updated_at, NULL, 0, 0, :kind, "
-                ":owner, :on_full, :secrets)",
+                "INSERT INTO memory_stores (id, name, description, metadata, created_at, "
+                "updated_at, archived_at, memory_count, revision, kind, owner, on_full, secrets) "
+                "VALUES (:id, :name, :description, :metadata, :created_at, :updated_at, NULL, 0, "
+                "0, :kind, :owner, :on_full, :secrets)",
                 {
                     "id": store.id,
                     "name": name,
                     "description": description,
+                    "metadata": json.dumps(pairs),
                     "created_at": now,
                     "updated_at": now,
                     "kind": kind,
@@ -122,28 +133,50 @@ class StoresMixin(ServiceBase):
         self,
         *,
         include_archived: bool = False,
+        created_at_gte: str | None = None,
+        created_at_lte: str | None = None,
         limit: int = limits.DEFAULT_PAGE_LIMIT,
         cursor: str | None = None,
+        only: Collection[str] | None = None,
     ) -> Page[MemoryStore]:
+        """Stores in creation order (archived ones only when asked), created within the bounds
+        given; ``only`` narrows the listing to those ids (what a session token may see)."""
         limit = _validate_limit(limit)
-        after = _decode_cursor("stores", cursor)
+        gte = _validate_time(created_at_gte, "created_at[gte]")
+        lte = _validate_time(created_at_lte, "created_at[lte]")
+        query = json.dumps(["stores", include_archived, gte, lte, sorted(only or ())])
+        after = _decode_cursor(query, cursor)
         where = ["id > :after"] if after is not None else []
         if not include_archived:
             where.append("archived_at IS NULL")
+        if gte is not None:
+            where.append("created_at >= :gte")
+        if lte is not None:
+            where.append("created_at <= :lte")
+        ids, params = _placeholders("only", sorted(only or ()))
+        if only is not None:
+            where.append(f"id IN ({ids})" if ids else "1 = 0")
         sql = f"SELECT {_STORE_COLS} FROM memory_stores"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id LIMIT :limit"
 
         def run(tx: Tx) -> Page[MemoryStore]:
-            rows = tx.all(sql, {"after": after, "limit": limit + 1})
+            rows = tx.all(
+                sql, {**params, "after": after, "gte": gte, "lte": lte, "limit": limit + 1}
+            )
             data = [_store(row) for row in rows[:limit]]
             more = len(rows) > limit
             return Page(
                 data,
-                _encode_cursor("stores", data[-1].id) if more else None,
+                _encode_cursor(query, data[-1].id) if more else None,
                 lambda c: self.list_stores(
-                    include_archived=include_archived, limit=limit, cursor=c
+                    include_archived=include_archived,
+                    created_at_gte=created_at_gte,
+                    created_at_lte=created_at_lte,
+                    limit=limit,
+                    cursor=c,
+                    only=only,
                 ),
             )
 
@@ -157,11 +190,10 @@ class StoresMixin(ServiceBase):
         description: str | None = None,
         on_full: OnFull | None = None,
         secrets: SecretsPolicy | None = None,
+        metadata: Mapping[str, str | None] | None = None,
     ) -> MemoryStore:
-        if name is None and description is None and on_full is None and secrets is None:
-            raise InvalidRequest(
-                "nothing to update: give a name, a description, on_full or secrets"
-            )
+        """Change what is given; ``metadata`` merges into the store's (a ``None`` value deletes
+        that key). Giving nothing returns the store unchanged."""
         if on_full is not None:
             on_full = _validate_on_full(on_full)
         if secrets is not None:
@@ -173,13 +205,19 @@ class StoresMixin(ServiceBase):
 
         def run(tx: Tx) -> MemoryStore:
             row = self._lock_store(tx, store_id)
+            if all(v is None for v in (name, description, on_full, secrets, metadata)):
+                return _store(row)
+            pairs = json.loads(row.metadata)
+            if metadata is not None:
+                pairs = _validate_metadata(metadata, pairs)
             tx.run(
                 "UPDATE memory_stores SET name = :name, description = :description, "
-                "on_full = :on_full, secrets = :secrets, updated_at = :now, "
+                "metadata = :metadata, on_full = :on_full, secrets = :secrets, updated_at = :now, "
                 "revision = revision + 1 WHERE id = :id",
                 {
                     "name": row.name if name is None else name,
                     "description": row.description if description is None else description,
+                    "metadata": json.dumps(pairs),
                     "on_full": row.on_full if on_full is None else on_full,
                     "secrets": row.secrets if secrets is None else secrets,
                     "now": utc_now(),

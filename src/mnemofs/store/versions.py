@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,12 +12,14 @@ from mnemofs.errors import (
     InvalidRequest,
 )
 from mnemofs.models import (
+    OPERATIONS,
     MemoryId,
     MemoryVersion,
     Page,
     SecretFinding,
     StoreId,
     VersionId,
+    View,
 )
 from mnemofs.secrets import find_secrets
 from mnemofs.store.base import ServiceBase
@@ -28,6 +31,7 @@ from mnemofs.store.rows import (
     _purge_search_index,
     _timestamp,
     _validate_limit,
+    _validate_time,
     _version,
     utc_now,
 )
@@ -42,30 +46,80 @@ class VersionsMixin(ServiceBase):
         store_id: str,
         *,
         memory_id: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        operation: str | None = None,
+        created_at_gte: str | None = None,
+        created_at_lte: str | None = None,
+        view: View = "basic",
         limit: int = limits.DEFAULT_PAGE_LIMIT,
         cursor: str | None = None,
     ) -> Page[MemoryVersion]:
-        """Versions newest first, without content; optionally of one memory (live or deleted)."""
-        limit = _validate_limit(limit)
-        before = _decode_cursor("versions", cursor)
-        where = "memory_id = :memory AND store_id = :store" if memory_id else "store_id = :store"
+        """Versions newest first (with content in the full view), narrowed by each filter
+        given: one memory (live or deleted), the session or API key that wrote them, an
+        operation ('modified' includes renames), a creation time range."""
+        limit = _validate_limit(limit, view)
+        full = view == "full"
+        if operation is not None and operation not in OPERATIONS:
+            raise InvalidRequest(f"operation {operation!r} is not one of {', '.join(OPERATIONS)}")
+        if session_id is not None and api_key_id is not None:
+            raise InvalidRequest(
+                "give session_id or api_key_id, not both: a version has one author"
+            )
+        filters: dict[str, Any] = {
+            "memory": memory_id,
+            "actor": session_id if session_id is not None else api_key_id,
+            "gte": _validate_time(created_at_gte, "created_at[gte]"),
+            "lte": _validate_time(created_at_lte, "created_at[lte]"),
+        }
+        query = json.dumps(["versions", store_id, operation, filters])
+        before = _decode_cursor(query, cursor)
+        where = ["store_id = :store"]
+        if memory_id is not None:
+            where.append("memory_id = :memory")
+        if filters["actor"] is not None:
+            where.append("actor = :actor")
+        if operation == "modified":
+            where.append("operation IN ('modified', 'renamed')")
+        elif operation is not None:
+            where.append("operation = :operation")
+        if filters["gte"] is not None:
+            where.append("created_at >= :gte")
+        if filters["lte"] is not None:
+            where.append("created_at <= :lte")
         if before is not None:
-            where += " AND seq < :before"
-        sql = f"SELECT {_VERSION_COLS}, seq FROM memory_versions WHERE {where} "
+            where.append("seq < :before")
+        cols = _VERSION_COLS + (", content" if full else "")
+        sql = f"SELECT {cols}, seq FROM memory_versions WHERE {' AND '.join(where)} "
         sql += "ORDER BY seq DESC LIMIT :limit"
+        params = {
+            **filters,
+            "store": store_id,
+            "operation": operation,
+            "before": before,
+            "limit": limit + 1,
+        }
 
         def run(tx: Tx) -> Page[MemoryVersion]:
             self._store_row(tx, store_id)
-            rows = tx.all(
-                sql,
-                {"store": store_id, "memory": memory_id, "before": before, "limit": limit + 1},
-            )
-            data = [_version(row) for row in rows[:limit]]
+            rows = tx.all(sql, params)
+            data = [_version(row, row.content if full else None) for row in rows[:limit]]
             more = len(rows) > limit
             return Page(
                 data,
-                _encode_cursor("versions", rows[limit - 1].seq) if more else None,
-                lambda c: self.list_versions(store_id, memory_id=memory_id, limit=limit, cursor=c),
+                _encode_cursor(query, rows[limit - 1].seq) if more else None,
+                lambda c: self.list_versions(
+                    store_id,
+                    memory_id=memory_id,
+                    session_id=session_id,
+                    api_key_id=api_key_id,
+                    operation=operation,
+                    created_at_gte=created_at_gte,
+                    created_at_lte=created_at_lte,
+                    view=view,
+                    limit=limit,
+                    cursor=c,
+                ),
             )
 
         return self._read(run)
@@ -79,15 +133,18 @@ class VersionsMixin(ServiceBase):
 
         return self._read(run)
 
-    def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
-        """Clear a version's content and hash, keeping who, what and when.
+    def redact_version(
+        self, store_id: str, version_id: str, *, actor: str | None = None
+    ) -> MemoryVersion:
+        """Clear a version's content and hash, keeping who, what and when (and who redacted).
 
         The head of a live memory cannot be redacted: write a new version (or delete the memory)
-        first. Redacting a redacted version changes nothing.
+        first. Redacting a redacted version changes nothing. Archived stores allow it: scrubbing
+        a leaked secret must stay possible.
         """
 
         def run(tx: Tx) -> MemoryVersion:
-            self._lock_store(tx, store_id)
+            self._store_row(tx, store_id, lock=True)
             row = self._version_row(tx, store_id, version_id)
             head_of = tx.scalar(
                 "SELECT path FROM memories WHERE id = :memory AND head_version_id = :version",
@@ -101,8 +158,8 @@ class VersionsMixin(ServiceBase):
             if row.redacted_at is None:
                 tx.run(
                     "UPDATE memory_versions SET content = NULL, content_sha256 = NULL, "
-                    "redacted_at = :now WHERE id = :id",
-                    {"now": utc_now(), "id": version_id},
+                    "redacted_at = :now, redacted_by = :actor WHERE id = :id",
+                    {"now": utc_now(), "actor": actor or self.actor, "id": version_id},
                 )
                 _purge_search_index(tx)  # the text was indexed while it was a head
                 erased.append(True)
