@@ -39,6 +39,10 @@ class Conflict(MnemofsError):
     type = "conflict"
 
 
+class PathConflict(Conflict):
+    """A memory already exists at the path a create (or a rename) asked for."""
+
+
 class PreconditionFailed(MnemofsError):
     """A ``content_sha256`` precondition no longer matches the stored content."""
 

@@ -19,9 +19,11 @@ from mnemofs.cli.common import (
 )
 from mnemofs.cli.database import db
 from mnemofs.cli.journal import journal
+from mnemofs.cli.keys import keys
 from mnemofs.cli.memories import memories
 from mnemofs.cli.mounting import mount, sync, umount
 from mnemofs.cli.recall import context_command, search_command
+from mnemofs.cli.serving import serve_command
 from mnemofs.cli.sessions import sessions
 from mnemofs.cli.stores import stores
 from mnemofs.cli.versions import versions
@@ -55,6 +57,8 @@ cli.add_command(context_command)
 cli.add_command(search_command)
 cli.add_command(journal)
 cli.add_command(db)
+cli.add_command(keys)
+cli.add_command(serve_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -129,3 +129,30 @@ def sessions_prompt(ctx: Context, session: str) -> None:
 def sessions_end(ctx: Context, session: str) -> None:
     """End a session."""
     show_session(ctx, ctx.service.end_session(session))
+
+
+@sessions.command("list")
+@click.option("--store", "store", metavar="STORE", help="Only sessions this store is attached to.")
+@pass_ctx
+def sessions_list(ctx: Context, store: str | None) -> None:
+    """List sessions, newest first."""
+    store_id = ctx.store(store) if store else None
+    found = list(ctx.service.list_sessions(memory_store_id=store_id, limit=100))
+    emit(
+        ctx,
+        {"data": [s.to_dict() for s in found], "next_page": None},
+        lambda: print_table(
+            ["ID", "CREATED", "ENDED", "STORES"],
+            [(s.id, s.created_at, s.ended_at or "", len(s.resources)) for s in found],
+        ),
+    )
+
+
+@sessions.command("token")
+@click.argument("session")
+@pass_ctx
+def sessions_token(ctx: Context, session: str) -> None:
+    """Print a bearer token that reaches SESSION and its stores only (shown once: it is kept
+    only as a hash). Give it to the sandbox; it dies when the session ends."""
+    made = ctx.service.create_session_token(session)
+    emit(ctx, made, lambda: click.echo(made.token))

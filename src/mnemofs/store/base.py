@@ -20,8 +20,8 @@ from typing import Any, Literal, TypeVar
 from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import (
-    Conflict,
     NotFound,
+    PathConflict,
     StoreArchived,
     StoreFull,
 )
@@ -243,10 +243,10 @@ class ServiceBase:
             if row.id is not None and row.id == ignore:
                 continue
             if row.path == path:
-                raise Conflict(f"a memory already exists at {path!r} ({row.id})")
+                raise PathConflict(f"a memory already exists at {path!r} ({row.id})")
             if row.id is not None and not row.path.startswith(as_dir):
-                raise Conflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
-            raise Conflict(f"{path!r} is a directory (it holds {row.path!r})")
+                raise PathConflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
+            raise PathConflict(f"{path!r} is a directory (it holds {row.path!r})")
 
     def _write_version(
         self,

@@ -1,0 +1,198 @@
+"""The HTTP face: the seed's API (``API.md``) over ``MemoryService``.
+
+Routes parse, check the caller (``access``), call the store once and shape the reply
+(``wire``). Handlers are plain functions, which the framework runs on its thread pool: the
+store is synchronous and thread-safe (each thread its own connection), so a slow commit never
+stalls the event loop. One pure-ASGI guard in front of everything gives each request its
+``request-id``, refuses an oversize body before it is read, and writes one JSON access line
+(ids only: never a credential, a query string or content).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from ulid import ULID
+
+from mnemofs import limits
+from mnemofs.errors import MnemofsError, Unavailable
+from mnemofs.http import memories, sessions, stores
+from mnemofs.http.wire import HttpError, domain_status, error_reply, reply
+from mnemofs.store.service import MemoryService
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# A body holds one content at most, JSON-escaped (a byte may take six: \u0001), plus the rest.
+MAX_BODY_BYTES = 6 * limits.MAX_CONTENT_BYTES + limits.MAX_REQUEST_OVERHEAD_BYTES
+
+access_log = logging.getLogger("mnemofs.http.access")
+log = logging.getLogger("mnemofs.http")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class Guard:
+    """Request ids, the body cap, and the access log, for every request."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req_{ULID()}"
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message)["request-id"] = request_id
+            await send(message)
+
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > MAX_BODY_BYTES:
+                raise BodyTooLarge
+            return message
+
+        try:
+            length = dict(scope["headers"]).get(b"content-length")
+            if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+                too_big = _too_large(request_id)
+                await too_big(scope, receive, send_with_id)
+            else:
+                await self.app(scope, counted, send_with_id)
+        finally:
+            access_log.info(
+                "request",
+                extra={
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status,
+                    "ms": round((time.perf_counter() - started) * 1000, 2),
+                    "caller": state.get("caller"),
+                },
+            )
+
+
+def _too_large(request_id: str) -> Response:
+    return error_reply(
+        413,
+        "request_too_large",
+        f"the request body is over {MAX_BODY_BYTES} bytes (a memory holds at most "
+        f"{limits.MAX_CONTENT_BYTES} bytes of content)",
+        request_id,
+        headers={"connection": "close"},
+    )
+
+
+def _request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", "req_unknown"))
+
+
+async def _on_domain(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, MnemofsError)
+    status, type_ = domain_status(exc)
+    return error_reply(status, type_, exc.message, _request_id(request))
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HttpError)
+    return error_reply(exc.status, exc.type, exc.message, _request_id(request))
+
+
+async def _on_invalid(request: Request, exc: Exception) -> Response:
+    """The framework's validation errors, as the wire's 400 (never its default 422 shape).
+    Each problem names where and what, never the value sent (it may be large, or a secret)."""
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(part) for part in err.get("loc", ()))
+        problems.append(f"{where}: {err.get('msg', 'invalid')}")
+    return error_reply(400, "invalid_request_error", "; ".join(problems), _request_id(request))
+
+
+async def _on_route(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        message = f"no such endpoint: {request.method} {request.url.path}"
+        return error_reply(404, "not_found_error", message, _request_id(request))
+    if exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+        return error_reply(405, "invalid_request_error", message, _request_id(request))
+    return error_reply(
+        exc.status_code, "invalid_request_error", str(exc.detail), _request_id(request)
+    )
+
+
+async def _on_body_too_large(request: Request, exc: Exception) -> Response:
+    return _too_large(_request_id(request))
+
+
+async def _on_fault(request: Request, exc: Exception) -> Response:
+    log.error("unexpected fault in %s %s", request.method, request.url.path, exc_info=exc)
+    return error_reply(500, "api_error", "an internal error occurred", _request_id(request))
+
+
+def create_app(service: MemoryService) -> FastAPI:
+    """The ASGI application over ``service`` (which it closes at shutdown)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        await run_in_threadpool(service.close)
+
+    app = FastAPI(
+        title="mnemofs",
+        summary="Durable, versioned memory for AI agents: the memory stores API.",
+        version="0.1.0",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.include_router(stores.router)
+    app.include_router(memories.router)
+    app.include_router(sessions.router)
+    app.add_exception_handler(MnemofsError, _on_domain)
+    app.add_exception_handler(HttpError, _on_http)
+    app.add_exception_handler(RequestValidationError, _on_invalid)
+    app.add_exception_handler(StarletteHTTPException, _on_route)
+    app.add_exception_handler(BodyTooLarge, _on_body_too_large)
+    app.add_exception_handler(Exception, _on_fault)
+
+    @app.get("/health", tags=["health"], summary="Is the server up and its database reachable?")
+    def health() -> Response:
+        try:
+            service.probe()
+        except Unavailable as exc:
+            return error_reply(503, "overloaded_error", exc.message, "req_health")
+        return reply({"status": "ok"})
+
+    app.add_middleware(Guard)
+    return app

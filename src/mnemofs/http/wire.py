@@ -1,0 +1,79 @@
+"""The wire's envelope: JSON replies, the error body, and which refusal gets which status.
+
+Every error is ``{"type": "error", "error": {"type": T, "message": M}, "request_id": R}``. Every
+4xx that a retry cannot fix says ``x-should-retry: false``, so the official SDK (which retries
+408, 409, 429 and 5xx) never repeats a write that was refused, nor reports a retried write that
+succeeded the first time as a conflict.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+from mnemofs import errors
+
+JSON = "application/json"
+
+
+class HttpError(Exception):
+    """A refusal only the HTTP face makes (credentials, permissions, routes, body size)."""
+
+    def __init__(self, status: int, type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.message = message
+
+
+def unauthenticated(message: str) -> HttpError:
+    return HttpError(401, "authentication_error", message)
+
+
+def forbidden(message: str) -> HttpError:
+    return HttpError(403, "permission_error", message)
+
+
+def too_large(message: str) -> HttpError:
+    return HttpError(413, "request_too_large", message)
+
+
+# Domain errors, most specific first: (class, status, wire type).
+_DOMAIN: tuple[tuple[type[errors.MnemofsError], int, str], ...] = (
+    (errors.ContentTooLarge, 413, "request_too_large"),
+    (errors.PathConflict, 409, "memory_path_conflict_error"),
+    (errors.PreconditionFailed, 409, "memory_precondition_failed_error"),
+    (errors.Conflict, 409, "conflict_error"),
+    (errors.NotFound, 404, "not_found_error"),
+    (errors.Unavailable, 503, "overloaded_error"),
+    (errors.MnemofsError, 400, "invalid_request_error"),  # invalid, limits, archived
+)
+
+
+def domain_status(error: errors.MnemofsError) -> tuple[int, str]:
+    for cls, status, type_ in _DOMAIN:
+        if isinstance(error, cls):
+            return status, type_
+    return 400, "invalid_request_error"  # pragma: no cover (MnemofsError matches above)
+
+
+def dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def reply(obj: Any, status: int = 200) -> Response:
+    """A resource (``to_dict``) or plain data as a JSON response."""
+    data = obj.to_dict() if hasattr(obj, "to_dict") else obj
+    return Response(dumps(data), status_code=status, media_type=JSON)
+
+
+def error_reply(
+    status: int, type_: str, message: str, request_id: str, headers: dict[str, str] | None = None
+) -> Response:
+    body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
+    response = Response(dumps(body), status_code=status, media_type=JSON, headers=headers)
+    if 400 <= status < 500 and status not in (408, 429):
+        response.headers["x-should-retry"] = "false"
+    return response
