@@ -55,13 +55,14 @@ def authenticate(service: MemoryService, request: Request) -> Caller:
     return caller
 
 
-def _caller(request: Request) -> Caller:
-    return authenticate(request.app.state.service, request)
+async def _caller(request: Request) -> Caller:
+    caller: Caller = request.state.caller_object
+    return caller
 
 
 Authed = Annotated[Caller, Depends(_caller)]
-"""A handler's caller: checked before the request's parameters and body are, so a request
-without a working credential is a 401 whatever else is wrong with it."""
+"""A handler's caller, found by the app's guard before the request's parameters and body are
+read, so a request without a working credential is a 401 whatever else is wrong with it."""
 
 
 def admin_only(caller: Caller, what: str) -> None:

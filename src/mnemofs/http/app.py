@@ -27,6 +27,7 @@ from ulid import ULID
 from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
 from mnemofs.http import memories, sessions, stores
+from mnemofs.http.access import authenticate
 from mnemofs.http.wire import HttpError, domain_status, error_reply, reply
 from mnemofs.store.service import MemoryService
 
@@ -42,12 +43,11 @@ access_log = logging.getLogger("mnemofs.http.access")
 log = logging.getLogger("mnemofs.http")
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class Guard:
-    """Request ids, the body cap, and the access log, for every request."""
+    """In front of every request: its ``request-id``; the body cap (a declared length over it
+    is refused unread, a chunked body is read up to it first); the caller, from the
+    credential, before the framework reads any parameter or body (so a request without a
+    working credential is a 401 whatever else is wrong with it); one access log line."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
@@ -69,23 +69,12 @@ class Guard:
                 MutableHeaders(scope=message)["request-id"] = request_id
             await send(message)
 
-        received = 0
-
-        async def counted() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > MAX_BODY_BYTES:
-                raise BodyTooLarge
-            return message
-
         try:
-            length = dict(scope["headers"]).get(b"content-length")
-            if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-                too_big = _too_large(request_id)
-                await too_big(scope, receive, send_with_id)
+            refusal, receive = await self._admit(scope, receive, request_id)
+            if refusal is not None:
+                await refusal(scope, receive, send_with_id)
             else:
-                await self.app(scope, counted, send_with_id)
+                await self.app(scope, receive, send_with_id)
         finally:
             access_log.info(
                 "request",
@@ -98,6 +87,50 @@ class Guard:
                     "caller": state.get("caller"),
                 },
             )
+
+    async def _admit(
+        self, scope: Scope, receive: Receive, request_id: str
+    ) -> tuple[Response | None, Receive]:
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return _too_large(request_id), receive
+        if length is None and headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+            body = bytearray()
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if len(body) > MAX_BODY_BYTES:
+                    return _too_large(request_id), receive
+                if not message.get("more_body", False):
+                    break
+            receive = _replay(bytes(body), receive)
+        if scope["path"].startswith("/v1/"):
+            request = Request(scope)
+            try:
+                service: MemoryService = scope["app"].state.service
+                scope["state"]["caller_object"] = await run_in_threadpool(
+                    authenticate, service, request
+                )
+            except HttpError as exc:
+                return error_reply(exc.status, exc.type, exc.message, request_id), receive
+            except MnemofsError as exc:
+                code, type_ = domain_status(exc)
+                return error_reply(code, type_, exc.message, request_id), receive
+        return None, receive
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # what comes after the body: a disconnect
+
+    return replay
 
 
 def _too_large(request_id: str) -> Response:
@@ -150,10 +183,6 @@ async def _on_route(request: Request, exc: Exception) -> Response:
     )
 
 
-async def _on_body_too_large(request: Request, exc: Exception) -> Response:
-    return _too_large(_request_id(request))
-
-
 async def _on_fault(request: Request, exc: Exception) -> Response:
     log.error("unexpected fault in %s %s", request.method, request.url.path, exc_info=exc)
     return error_reply(500, "api_error", "an internal error occurred", _request_id(request))
@@ -183,7 +212,6 @@ def create_app(service: MemoryService) -> FastAPI:
     app.add_exception_handler(HttpError, _on_http)
     app.add_exception_handler(RequestValidationError, _on_invalid)
     app.add_exception_handler(StarletteHTTPException, _on_route)
-    app.add_exception_handler(BodyTooLarge, _on_body_too_large)
     app.add_exception_handler(Exception, _on_fault)
 
     @app.get("/health", tags=["health"], summary="Is the server up and its database reachable?")
