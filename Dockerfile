@@ -1,4 +1,5 @@
-# mnemofs in a container: the CLI, and the daemon that mounts a session's stores at /mnt/memory.
+# mnemofs in a container: the CLI, the daemon that mounts a session's stores at /mnt/memory, and
+# the HTTP API server (mode 3 in the README: serve --host 0.0.0.0, port 8080).
 #
 #   podman build -t mnemofs .            (or docker build; BASE: any Debian-based image with
 #                                          python3 and its venv module)
@@ -23,7 +24,7 @@ RUN apt-get update \
 COPY pyproject.toml /src/
 RUN mkdir -p /src/src/mnemofs && touch /src/README.md /src/src/mnemofs/__init__.py \
  && python3 -m venv /opt/mnemofs \
- && /opt/mnemofs/bin/pip install ${PIP_CERT:+--cert "$PIP_CERT"} "setuptools>=77" "/src[postgres,fuse]"
+ && /opt/mnemofs/bin/pip install ${PIP_CERT:+--cert "$PIP_CERT"} "setuptools>=77" "/src[postgres,fuse,server]"
 COPY README.md /src/
 COPY src /src/src
 RUN /opt/mnemofs/bin/pip install --no-deps --no-build-isolation --force-reinstall /src \
@@ -43,6 +44,7 @@ ENV PATH=/opt/mnemofs/bin:$PATH \
     MNEMOFS_DB=/data/mnemofs.db \
     PYTHONUNBUFFERED=1
 VOLUME /data
+EXPOSE 8080
 USER agent
 WORKDIR /home/agent
 ENTRYPOINT ["mnemofs"]

@@ -37,6 +37,25 @@ def test_arrows_point_one_way() -> None:
             ), path
         if where[0] == "fs":
             assert not any(n.startswith(("mnemofs.cli", "mnemofs.sync")) for n in names), path
+        web = ("fastapi", "starlette", "uvicorn", "pydantic")
+        if where[0] != "http":
+            assert not any(n.split(".")[0] in web for n in names), path
+            assert not any(n.startswith("mnemofs.http") for n in names) or where[0] == "cli", path
+        else:
+            assert not any(n.split(".")[0] in ("pyfuse3", "trio") for n in names), path
+            assert not any(
+                n.startswith(("mnemofs.fs", "mnemofs.cli", "mnemofs.sync")) for n in names
+            )
+
+
+def test_commands_other_than_serve_never_load_the_web_stack() -> None:
+    code = (
+        "import sys; from mnemofs.cli import main\n"
+        "try: main(['stores', '--help'])\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
 
 
 def test_umount_and_other_commands_never_load_fuse() -> None:
