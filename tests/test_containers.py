@@ -243,3 +243,71 @@ def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
         podman("rm", "-f", "-t", "0", name, check=False)
         if backend == "sqlite":
             podman("volume", "rm", "-f", volume, check=False)
+
+
+def test_mode3_api_server_in_the_container(image: str) -> None:
+    """The image serves the HTTP API: a key made with the image's CLI, the server on the host's
+    loopback, a store and a memory made over HTTP, a clean stop on SIGTERM."""
+    import urllib.request
+
+    from .served import free_port
+
+    name = f"mnemofs-api-{uuid.uuid4().hex[:8]}"
+    volume = f"{name}-data"
+    podman("volume", "create", volume)
+    port = free_port()
+    try:
+        run = ["run", "--rm", *LIMITS, "--network", "none", "-v", f"{volume}:/data", image]
+        key = podman(*run, "keys", "create", "admin").stdout.strip()
+        assert key.startswith("mnemofs-key-")
+        podman(
+            "run",
+            "-d",
+            "--name",
+            name,
+            *LIMITS,
+            "--network",
+            "host",
+            "-v",
+            f"{volume}:/data",
+            image,
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def call(method: str, path: str, body: object = None) -> dict[str, object]:
+            request = urllib.request.Request(
+                base + path,
+                method=method,
+                data=None if body is None else json.dumps(body).encode(),
+                headers={"x-api-key": key, "content-type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read())  # type: ignore[no-any-return]
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
+                time.sleep(0.2)
+        store = call("POST", "/v1/memory_stores", {"name": "Notes"})
+        made = call(
+            "POST", f"/v1/memory_stores/{store['id']}/memories", {"path": "/a.md", "content": "hi"}
+        )
+        assert made["content_size_bytes"] == 2
+        podman("stop", "-t", "30", name)
+        logs = podman("logs", name).stderr
+        assert key not in logs
+        access = [json.loads(line) for line in logs.splitlines() if '"mnemofs.http.access"' in line]
+        assert [(a["method"], a["status"]) for a in access][-2:] == [("POST", 200), ("POST", 200)]
+        assert podman(*run, "memories", "cat", "Notes", "/a.md").stdout == "hi"
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)
+        podman("volume", "rm", "-f", volume, check=False)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -496,3 +498,45 @@ def test_sigterm_lets_requests_in_flight_finish(api: Api, tmp_path: Any) -> None
         # uvicorn exits by the signal it stopped on, once it has shut down cleanly
         assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
     assert api.service.find_memory(store.id, "/late.md").content == "arrived after SIGTERM"
+
+
+@pytest.mark.mounted
+def test_mount_cli_and_api_see_each_other(api: Api, tmp_path: Any) -> None:
+    """One database, three faces: an API write shows in the mount within a second, a save in
+    the mount is at once a version the API lists (signed by the session), and the CLI reads
+    what the API wrote."""
+    from .mounted import mounted, wait_for
+
+    s = api.service
+    store = s.create_store("Faces")
+    session = s.create_session([{"type": "memory_store", "memory_store_id": store.id}])
+    client = api.client()
+    with mounted(api.db_url, session.id, tmp_path / "mnt") as daemon:
+        where = daemon.root / "faces"
+        made = client.beta.memory_stores.memories.create(
+            store.id, path="/from-api.md", content="written over HTTP\n"
+        )
+        assert wait_for(lambda: (where / "from-api.md").exists(), timeout=1.0)
+        assert (where / "from-api.md").read_text() == "written over HTTP\n"
+        client.beta.memory_stores.memories.update(
+            made.id, memory_store_id=store.id, content="changed over HTTP\n"
+        )
+        assert wait_for(
+            lambda: (where / "from-api.md").read_text() == "changed over HTTP\n", timeout=1.0
+        )
+        (where / "from-mount.md").write_text("saved in the mount\n")
+        listed = {m.path: m for m in client.beta.memory_stores.memories.list(store.id)}
+        assert set(listed) == {"/from-api.md", "/from-mount.md"}
+        versions = client.beta.memory_stores.memory_versions.list(
+            store.id, memory_id=listed["/from-mount.md"].id
+        )
+        assert versions.data[0].created_by is not None
+        assert versions.data[0].created_by.type == "session_actor"
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemofs", "memories", "cat", store.id, "/from-api.md"],
+        env={**os.environ, "MNEMOFS_DB": api.db_url},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == "changed over HTTP\n"

@@ -11,9 +11,6 @@ Checks run before the store is touched, so a refused request changes nothing.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import Depends
 from starlette.requests import Request
 
 from mnemofs.errors import NotFound
@@ -55,14 +52,11 @@ def authenticate(service: MemoryService, request: Request) -> Caller:
     return caller
 
 
-async def _caller(request: Request) -> Caller:
+def caller_of(request: Request) -> Caller:
+    """A handler's caller, found by the app's guard before the request's parameters and body
+    were read, so a request without a working credential is a 401 whatever else is wrong."""
     caller: Caller = request.state.caller_object
     return caller
-
-
-Authed = Annotated[Caller, Depends(_caller)]
-"""A handler's caller, found by the app's guard before the request's parameters and body are
-read, so a request without a working credential is a 401 whatever else is wrong with it."""
 
 
 def admin_only(caller: Caller, what: str) -> None:
@@ -90,4 +84,4 @@ def own_session(caller: Caller, session_id: str) -> None:
         raise forbidden("a session token reaches its own session only")
 
 
-__all__ = ["Authed", "HttpError", "admin_only", "attachment", "authenticate", "own_session"]
+__all__ = ["HttpError", "admin_only", "attachment", "authenticate", "caller_of", "own_session"]

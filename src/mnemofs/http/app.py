@@ -1,11 +1,16 @@
 """The HTTP face: the seed's API (``API.md``) over ``MemoryService``.
 
 Routes parse, check the caller (``access``), call the store once and shape the reply
-(``wire``). Handlers are plain functions, which the framework runs on its thread pool: the
-store is synchronous and thread-safe (each thread its own connection), so a slow commit never
-stalls the event loop. One pure-ASGI guard in front of everything gives each request its
-``request-id``, refuses an oversize body before it is read, and writes one JSON access line
+(``wire``). One pure-ASGI guard in front of everything gives each request its ``request-id``,
+refuses an oversize body before it is read, finds the caller, and writes one JSON access line
 (ids only: never a credential, a query string or content).
+
+How the store is called (``store_runner``): on SQLite, inline on the event loop, as the mount
+daemon commits on its trio thread (PERF-NOTES: a hop to a worker thread costs 150-200 µs, more
+than the commit; measured here, two hops per request made an update 0.2x of in-process); SQLite
+takes one writer at a time anyway, and ``--workers`` adds processes. On PostgreSQL, each call
+runs on the thread pool (every thread its own connection), so a network round trip never
+stalls the loop.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
 from mnemofs.http import memories, sessions, stores
 from mnemofs.http.access import authenticate
-from mnemofs.http.wire import HttpError, domain_status, error_reply, reply
+from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.store.service import MemoryService
 
 Scope = MutableMapping[str, Any]
@@ -109,9 +114,8 @@ class Guard:
             request = Request(scope)
             try:
                 service: MemoryService = scope["app"].state.service
-                scope["state"]["caller_object"] = await run_in_threadpool(
-                    authenticate, service, request
-                )
+                runner: Runner = scope["app"].state.run
+                scope["state"]["caller_object"] = await runner(authenticate, service, request)
             except HttpError as exc:
                 return error_reply(exc.status, exc.type, exc.message, request_id), receive
             except MnemofsError as exc:
@@ -188,6 +192,19 @@ async def _on_fault(request: Request, exc: Exception) -> Response:
     return error_reply(500, "api_error", "an internal error occurred", _request_id(request))
 
 
+async def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+async def _threaded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def store_runner(service: MemoryService) -> Runner:
+    """Inline for SQLite, the thread pool for PostgreSQL (see the module docstring)."""
+    return _inline if service.engine.dialect == "sqlite" else _threaded
+
+
 def create_app(service: MemoryService) -> FastAPI:
     """The ASGI application over ``service`` (which it closes at shutdown)."""
 
@@ -205,9 +222,11 @@ def create_app(service: MemoryService) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
-    app.include_router(stores.router)
-    app.include_router(memories.router)
-    app.include_router(sessions.router)
+    app.state.run = store_runner(service)
+    for module in (stores, memories, sessions):
+        # One flat route table: an included router is matched as a level of its own, which
+        # cost ~0.1 ms a request here.
+        app.router.routes.extend(module.router.routes)
     app.add_exception_handler(MnemofsError, _on_domain)
     app.add_exception_handler(HttpError, _on_http)
     app.add_exception_handler(RequestValidationError, _on_invalid)

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from mnemofs import limits
-from mnemofs.http.access import Authed, admin_only, attachment
+from mnemofs.http.access import admin_only, attachment, caller_of
 from mnemofs.http.bodies import MemoryCreate, MemoryUpdate
-from mnemofs.http.stores import Limit, service
+from mnemofs.http.stores import Limit, run, service
 from mnemofs.http.wire import reply
 from mnemofs.models import Deleted, Operation, View
 
@@ -21,19 +21,21 @@ Depth = Annotated[int | None, Query(description="0 (or omitted): the whole subtr
 
 
 @router.post("/memories", summary="Create a memory (never overwrites)")
-def create_memory(
-    request: Request, caller: Authed, store_id: str, body: MemoryCreate, view: View = "basic"
+async def create_memory(
+    request: Request, store_id: str, body: MemoryCreate, view: View = "basic"
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id, write=True)
-    memory = s.create_memory(store_id, body.path, body.content or "", actor=caller.actor)
+    memory = await run(
+        request, s.create_memory, store_id, body.path, body.content or "", actor=caller.actor
+    )
     return reply(memory.in_view(view))
 
 
 @router.get("/memories", summary="List memories under a prefix, in path order")
-def list_memories(
+async def list_memories(
     request: Request,
-    caller: Authed,
     store_id: str,
     path_prefix: str = "/",
     depth: Depth = None,
@@ -41,37 +43,48 @@ def list_memories(
     limit: Limit = limits.DEFAULT_PAGE_LIMIT,
     page: str | None = None,
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id)
     return reply(
-        s.list_memories(
-            store_id, path_prefix=path_prefix, depth=depth, view=view, limit=limit, cursor=page
+        await run(
+            request,
+            s.list_memories,
+            store_id,
+            path_prefix=path_prefix,
+            depth=depth,
+            view=view,
+            limit=limit,
+            cursor=page,
         )
     )
 
 
 @router.get("/memories/{memory_id}", summary="Retrieve a memory")
-def retrieve_memory(
-    request: Request, caller: Authed, store_id: str, memory_id: str, view: View = "full"
+async def retrieve_memory(
+    request: Request, store_id: str, memory_id: str, view: View = "full"
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id)
-    return reply(s.get_memory(store_id, memory_id).in_view(view))
+    return reply((await run(request, s.get_memory, store_id, memory_id)).in_view(view))
 
 
 @router.post("/memories/{memory_id}", summary="Update a memory's content, path, or both")
-def update_memory(
+async def update_memory(
     request: Request,
-    caller: Authed,
     store_id: str,
     memory_id: str,
     body: MemoryUpdate,
     view: View = "basic",
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id, write=True)
     precondition = None if body.precondition is None else body.precondition.model_dump()
-    memory = s.update_memory(
+    memory = await run(
+        request,
+        s.update_memory,
         store_id,
         memory_id,
         content=body.content,
@@ -83,16 +96,18 @@ def update_memory(
 
 
 @router.delete("/memories/{memory_id}", summary="Delete a memory (its versions stay)")
-def delete_memory(
+async def delete_memory(
     request: Request,
-    caller: Authed,
     store_id: str,
     memory_id: str,
     expected_content_sha256: str | None = None,
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id, write=True)
-    s.delete_memory(
+    await run(
+        request,
+        s.delete_memory,
         store_id,
         memory_id,
         expected_content_sha256=expected_content_sha256,
@@ -103,9 +118,8 @@ def delete_memory(
 
 
 @router.get("/memory_versions", summary="List versions, newest first", tags=["versions"])
-def list_versions(
+async def list_versions(
     request: Request,
-    caller: Authed,
     store_id: str,
     memory_id: str | None = None,
     session_id: str | None = None,
@@ -117,10 +131,13 @@ def list_versions(
     limit: Limit = limits.DEFAULT_PAGE_LIMIT,
     page: str | None = None,
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id)
     return reply(
-        s.list_versions(
+        await run(
+            request,
+            s.list_versions,
             store_id,
             memory_id=memory_id,
             session_id=session_id,
@@ -136,12 +153,13 @@ def list_versions(
 
 
 @router.get("/memory_versions/{version_id}", summary="Retrieve a version", tags=["versions"])
-def retrieve_version(
-    request: Request, caller: Authed, store_id: str, version_id: str, view: View = "full"
+async def retrieve_version(
+    request: Request, store_id: str, version_id: str, view: View = "full"
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id)
-    return reply(s.get_version(store_id, version_id).in_view(view))
+    return reply((await run(request, s.get_version, store_id, version_id)).in_view(view))
 
 
 @router.post(
@@ -149,7 +167,8 @@ def retrieve_version(
     summary="Clear a version's content, keeping who, what and when",
     tags=["versions"],
 )
-def redact_version(request: Request, caller: Authed, store_id: str, version_id: str) -> Response:
+async def redact_version(request: Request, store_id: str, version_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "redact a version")
-    return reply(s.redact_version(store_id, version_id, actor=caller.actor))
+    return reply(await run(request, s.redact_version, store_id, version_id, actor=caller.actor))

@@ -7,16 +7,17 @@ from starlette.responses import Response
 
 from mnemofs import limits
 from mnemofs.errors import InvalidRequest
-from mnemofs.http.access import Authed, admin_only, own_session
+from mnemofs.http.access import admin_only, caller_of, own_session
 from mnemofs.http.bodies import KeyCreate, SessionCreate
-from mnemofs.http.stores import Limit, service
+from mnemofs.http.stores import Limit, run, service
 from mnemofs.http.wire import reply
 
 router = APIRouter(tags=["sessions"])
 
 
 @router.post("/v1/sessions", summary="Create a session with its memory store attachments")
-def create_session(request: Request, caller: Authed, body: SessionCreate) -> Response:
+async def create_session(request: Request, body: SessionCreate) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "create a session")
     fields = dict(body.model_extra or {})
@@ -25,61 +26,86 @@ def create_session(request: Request, caller: Authed, body: SessionCreate) -> Res
     if not isinstance(mount_root, str) or (user is not None and not isinstance(user, str)):
         raise InvalidRequest("mount_root and user_id must be strings")
     resources = [r.model_dump(exclude_none=True) for r in body.resources]
-    return reply(s.create_session(resources, mount_root=mount_root, user=user, fields=fields))
+    return reply(
+        await run(
+            request, s.create_session, resources, mount_root=mount_root, user=user, fields=fields
+        )
+    )
 
 
 @router.get("/v1/sessions/{session_id}", summary="Retrieve a session")
-def retrieve_session(request: Request, caller: Authed, session_id: str) -> Response:
+async def retrieve_session(request: Request, session_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     own_session(caller, session_id)
-    return reply(s.get_session(session_id))
+    return reply(await run(request, s.get_session, session_id))
 
 
 @router.get("/v1/sessions", summary="List sessions, newest first")
-def list_sessions(
+async def list_sessions(
     request: Request,
-    caller: Authed,
     memory_store_id: str | None = None,
     limit: Limit = limits.DEFAULT_PAGE_LIMIT,
     page: str | None = None,
 ) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "list sessions")
-    return reply(s.list_sessions(memory_store_id=memory_store_id, limit=limit, cursor=page))
+    return reply(
+        await run(
+            request, s.list_sessions, memory_store_id=memory_store_id, limit=limit, cursor=page
+        )
+    )
 
 
 @router.post("/v1/sessions/{session_id}/tokens", summary="A bearer token for this session only")
-def create_token(request: Request, caller: Authed, session_id: str) -> Response:
+async def create_token(request: Request, session_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "make session tokens")
-    return reply(s.create_session_token(session_id))
+    return reply(await run(request, s.create_session_token, session_id))
 
 
 @router.post("/v1/sessions/{session_id}/end", summary="End a session: its tokens stop working")
-def end_session(request: Request, caller: Authed, session_id: str) -> Response:
+async def end_session(request: Request, session_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "end a session")
-    return reply(s.end_session(session_id))
+    return reply(await run(request, s.end_session, session_id))
 
 
 @router.post(
     "/v1/api_keys", summary="Create an admin API key (its secret is shown once)", tags=["keys"]
 )
-def create_key(request: Request, caller: Authed, body: KeyCreate) -> Response:
+async def create_key(request: Request, body: KeyCreate) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "manage API keys")
-    return reply(s.create_api_key(body.name))
+    return reply(await run(request, s.create_api_key, body.name))
 
 
 @router.get("/v1/api_keys", summary="List API keys (never their secrets)", tags=["keys"])
-def list_keys(request: Request, caller: Authed) -> Response:
+async def list_keys(request: Request) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "manage API keys")
-    return reply({"data": [k.to_dict() for k in s.list_api_keys()], "next_page": None})
+    return reply(
+        {
+            "data": [
+                k.to_dict()
+                for k in await run(
+                    request,
+                    s.list_api_keys,
+                )
+            ],
+            "next_page": None,
+        }
+    )
 
 
 @router.post("/v1/api_keys/{key_id}/revoke", summary="Revoke an API key", tags=["keys"])
-def revoke_key(request: Request, caller: Authed, key_id: str) -> Response:
+async def revoke_key(request: Request, key_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "manage API keys")
-    return reply(s.revoke_api_key(key_id))
+    return reply(await run(request, s.revoke_api_key, key_id))

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from mnemofs import limits
-from mnemofs.http.access import Authed, admin_only, attachment
+from mnemofs.http.access import admin_only, attachment, caller_of
 from mnemofs.http.bodies import StoreCreate, StoreUpdate
-from mnemofs.http.wire import reply
+from mnemofs.http.wire import Runner, reply
 from mnemofs.models import Deleted
 from mnemofs.store.service import MemoryService
 
+T = TypeVar("T")
 router = APIRouter(prefix="/v1/memory_stores", tags=["memory stores"])
 
 Limit = Annotated[int, Query(ge=1, le=limits.MAX_PAGE_LIMIT)]
@@ -24,17 +26,26 @@ def service(request: Request) -> MemoryService:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
+async def run(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call the store the way this backend wants (see ``app.store_runner``)."""
+    runner: Runner = request.app.state.run
+    result: T = await runner(fn, *args, **kwargs)
+    return result
+
+
 @router.post("", summary="Create a memory store")
-def create_store(request: Request, caller: Authed, body: StoreCreate) -> Response:
+async def create_store(request: Request, body: StoreCreate) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "create a memory store")
-    return reply(s.create_store(body.name, body.description, metadata=body.metadata))
+    return reply(
+        await run(request, s.create_store, body.name, body.description, metadata=body.metadata)
+    )
 
 
 @router.get("", summary="List memory stores")
-def list_stores(
+async def list_stores(
     request: Request,
-    caller: Authed,
     include_archived: bool = False,
     created_at_gte: Annotated[datetime | None, Query(alias="created_at[gte]")] = None,
     created_at_lte: Annotated[datetime | None, Query(alias="created_at[lte]")] = None,
@@ -42,12 +53,15 @@ def list_stores(
     page: str | None = None,
 ) -> Response:
     """Oldest first; a session token sees only the stores attached to its session."""
+    caller = caller_of(request)
     s = service(request)
     only = None
     if caller.session is not None:
         only = [a.memory_store_id for a in caller.session.resources]
     return reply(
-        s.list_stores(
+        await run(
+            request,
+            s.list_stores,
             include_archived=include_archived,
             created_at_gte=None if created_at_gte is None else created_at_gte.isoformat(),
             created_at_lte=None if created_at_lte is None else created_at_lte.isoformat(),
@@ -59,33 +73,42 @@ def list_stores(
 
 
 @router.get("/{store_id}", summary="Retrieve a memory store")
-def retrieve_store(request: Request, caller: Authed, store_id: str) -> Response:
+async def retrieve_store(request: Request, store_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     attachment(caller, store_id)
-    return reply(s.get_store(store_id))
+    return reply(await run(request, s.get_store, store_id))
 
 
 @router.post("/{store_id}", summary="Update a memory store")
-def update_store(request: Request, caller: Authed, store_id: str, body: StoreUpdate) -> Response:
+async def update_store(request: Request, store_id: str, body: StoreUpdate) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "update a memory store")
     return reply(
-        s.update_store(
-            store_id, name=body.name, description=body.description, metadata=body.metadata
+        await run(
+            request,
+            s.update_store,
+            store_id,
+            name=body.name,
+            description=body.description,
+            metadata=body.metadata,
         )
     )
 
 
 @router.post("/{store_id}/archive", summary="Archive a memory store (one-way)")
-def archive_store(request: Request, caller: Authed, store_id: str) -> Response:
+async def archive_store(request: Request, store_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "archive a memory store")
-    return reply(s.archive_store(store_id))
+    return reply(await run(request, s.archive_store, store_id))
 
 
 @router.delete("/{store_id}", summary="Delete a memory store with its memories and versions")
-def delete_store(request: Request, caller: Authed, store_id: str) -> Response:
+async def delete_store(request: Request, store_id: str) -> Response:
+    caller = caller_of(request)
     s = service(request)
     admin_only(caller, "delete a memory store")
-    s.delete_store(store_id)
+    await run(request, s.delete_store, store_id)
     return reply(Deleted(store_id, "memory_store_deleted"))

@@ -9,6 +9,7 @@ succeeded the first time as a conflict.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response
@@ -16,6 +17,9 @@ from starlette.responses import Response
 from mnemofs import errors
 
 JSON = "application/json"
+
+Runner = Callable[..., Awaitable[Any]]
+"""How a handler calls the store: ``await runner(fn, *args, **kwargs)``."""
 
 
 class HttpError(Exception):
