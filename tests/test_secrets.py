@@ -32,6 +32,9 @@ CREDENTIALS = {
     "Basic Auth Credentials": "DATABASE_URL=postgresql://app:" + "Tr0ub4dor3@db.internal/prod",
     "JSON Web Token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
     "eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "mnemofs API key or session token": "MNEMOFS_TOKEN=mnemofs-"
+    + "token-01M8R5DKWRA31QPGPZZ3DGM743-"
+    "29JiuL4Iot_NOtZsL_KLadInxKkh_XsGf00u14qUUKQ",
 }
 ORDINARY = """# Notes
 - Use 2-space indentation in YAML; run `pytest -q` before pushing.

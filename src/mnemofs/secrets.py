@@ -78,6 +78,9 @@ _NEEDS: dict[str, re.Pattern[str]] = {
     ),
 }
 _AWS_NAMED = "aws.{0,20}?"  # the named-secret pattern of the AWS detector begins so
+# mnemofs's own credentials (store/credentials.py): an API key or a session token.
+_OWN = re.compile(r"mnemofs-(?:key|token)-[0-9A-HJKMNP-TV-Z]{26}-[A-Za-z0-9_-]{43}")
+OWN_KIND = "mnemofs API key or session token"
 
 
 def _need(pattern: Any) -> re.Pattern[str] | None:
@@ -144,6 +147,8 @@ def _find(text: str) -> list[Finding]:
                 continue
             for line in _lines_of(text, secret):
                 findings.add(Finding(detector.secret_type, line))
+    for match in _OWN.finditer(text):
+        findings.add(Finding(OWN_KIND, text.count("\n", 0, match.start()) + 1))
     return sorted(findings, key=lambda f: (f.line, f.kind))
 
 

@@ -8,6 +8,7 @@ from mnemofs.cli.common import Context, pass_ctx
 
 
 @click.command("serve")
+@click.option("--db", "db", metavar="URL", help="The database (also accepted before 'serve').")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
@@ -18,7 +19,7 @@ from mnemofs.cli.common import Context, pass_ctx
     help="Server processes (each with its own database connections).",
 )
 @pass_ctx
-def serve_command(ctx: Context, host: str, port: int, workers: int) -> None:
+def serve_command(ctx: Context, db: str | None, host: str, port: int, workers: int) -> None:
     """Serve the memory stores API (API.md) until SIGTERM or SIGINT; requests in flight
     finish first. Admins use an API key ('mnemofs keys create'); a sandbox uses a session
     token ('mnemofs sessions token'). Logs are JSON lines on stderr."""
@@ -28,4 +29,4 @@ def serve_command(ctx: Context, host: str, port: int, workers: int) -> None:
         raise click.ClickException(
             f"the server needs its extra: pip install 'mnemofs[server]' ({exc.name} is missing)"
         ) from None
-    serve(ctx.db, host, port, workers)
+    serve(db or ctx.db, host, port, workers)
