@@ -14,6 +14,7 @@ session = ws.sessions.create(resources=[{"type": "memory_store",
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from mnemofs import limits
@@ -102,8 +103,8 @@ class MemoryVersions:
         session_id: str | None = None,
         api_key_id: str | None = None,
         operation: str | None = None,
-        created_at_gte: str | None = None,
-        created_at_lte: str | None = None,
+        created_at_gte: str | datetime | None = None,
+        created_at_lte: str | datetime | None = None,
         view: View = "basic",
         limit: int = limits.DEFAULT_PAGE_LIMIT,
         page: str | None = None,
@@ -176,8 +177,8 @@ class MemoryStores:
         self,
         *,
         include_archived: bool = False,
-        created_at_gte: str | None = None,
-        created_at_lte: str | None = None,
+        created_at_gte: str | datetime | None = None,
+        created_at_lte: str | datetime | None = None,
         limit: int = limits.DEFAULT_PAGE_LIMIT,
         page: str | None = None,
     ) -> Page[MemoryStore]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
+from datetime import datetime
 
 from mnemofs import limits
 from mnemofs.errors import (
@@ -133,8 +134,8 @@ class StoresMixin(ServiceBase):
         self,
         *,
         include_archived: bool = False,
-        created_at_gte: str | None = None,
-        created_at_lte: str | None = None,
+        created_at_gte: str | datetime | None = None,
+        created_at_lte: str | datetime | None = None,
         limit: int = limits.DEFAULT_PAGE_LIMIT,
         cursor: str | None = None,
         only: Collection[str] | None = None,
