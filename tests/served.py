@@ -54,6 +54,15 @@ class Server:
             and r.get("path") == path
         ]
 
+    def settled_count(self, method: str, path: str, at_least: int, timeout: float = 5.0) -> int:
+        """How many requests to ``method path`` the log shows, once it shows ``at_least`` (an
+        access line is written just after its response is sent, so it may lag the client)."""
+        deadline = time.monotonic() + timeout
+        while len(self.requests(method, path)) < at_least and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # and anything still on its way
+        return len(self.requests(method, path))
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)

@@ -233,7 +233,7 @@ def test_conflicts_are_409_and_never_retried(api: Api) -> None:
     store = client.beta.memory_stores.create(name="Conflicts")
     mem = client.beta.memory_stores.memories.create(store.id, path="/a.md", content="v1")
     path = f"/v1/memory_stores/{store.id}/memories/{mem.id}"
-    before = len(api.server.requests("POST", path))
+    before = api.server.settled_count("POST", path, 0)
     with pytest.raises(anthropic.ConflictError) as caught:
         client.beta.memory_stores.memories.update(
             mem.id,
@@ -243,7 +243,7 @@ def test_conflicts_are_409_and_never_retried(api: Api) -> None:
         )
     assert caught.value.body["error"]["type"] == "memory_precondition_failed_error"  # type: ignore[index]
     assert caught.value.response.headers["x-should-retry"] == "false"
-    assert len(api.server.requests("POST", path)) == before + 1
+    assert api.server.settled_count("POST", path, before + 1) == before + 1
     # The precondition holds also when the path changes; nothing changed.
     with pytest.raises(anthropic.ConflictError):
         client.beta.memory_stores.memories.update(
@@ -268,7 +268,7 @@ def test_conflicts_are_409_and_never_retried(api: Api) -> None:
             mem.id, memory_store_id=store.id, expected_content_sha256=sha("v2")
         )
     assert caught.value.body["error"]["type"] == "memory_precondition_failed_error"  # type: ignore[index]
-    assert len(api.server.requests("DELETE", path)) == 1
+    assert api.server.settled_count("DELETE", path, 1) == 1
     deleted = client.beta.memory_stores.memories.delete(
         mem.id, memory_store_id=store.id, expected_content_sha256=sha("v1")
     )
@@ -276,11 +276,11 @@ def test_conflicts_are_409_and_never_retried(api: Api) -> None:
     # A taken path on create.
     client.beta.memory_stores.memories.create(store.id, path="/c.md", content="c")
     create_path = f"/v1/memory_stores/{store.id}/memories"
-    before = len(api.server.requests("POST", create_path))
+    before = api.server.settled_count("POST", create_path, 2)
     with pytest.raises(anthropic.ConflictError) as caught:
         client.beta.memory_stores.memories.create(store.id, path="/c.md", content="other")
     assert caught.value.body["error"]["type"] == "memory_path_conflict_error"  # type: ignore[index]
-    assert len(api.server.requests("POST", create_path)) == before + 1
+    assert api.server.settled_count("POST", create_path, before + 1) == before + 1
 
 
 def test_versions_filters_and_redaction(api: Api) -> None:

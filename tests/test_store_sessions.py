@@ -217,3 +217,22 @@ def test_python_api_mirrors_the_seed_sdk(ws: Workspace) -> None:
     assert ws.memory_stores.retrieve(store.id).archived_at is not None
     ws.memory_stores.delete(store.id)
     assert ws.memory_stores.list(include_archived=True).data == []
+
+
+def test_attachment_keeps_name_and_description_as_of_attach_time(service: MemoryService) -> None:
+    store = service.create_store("Team Notes", "what the team knows")
+    session = service.create_session([{"type": "memory_store", "memory_store_id": store.id}])
+    service.update_store(store.id, name="Renamed", description="new words")
+    again = service.get_session(session.id).resources[0]
+    assert (again.name, again.description, again.mount_path) == (
+        "Team Notes",
+        "what the team knows",
+        "/mnt/memory/team-notes",
+    )
+    assert "Team Notes" in service_prompt(service, session.id)
+
+
+def service_prompt(service: MemoryService, session_id: str) -> str:
+    from mnemofs.store import prompt_note
+
+    return prompt_note(service.get_session(session_id))

@@ -464,7 +464,7 @@ class ServiceBase:
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         attached = tx.all(
-            "SELECT a.store_id, a.access, a.instructions, a.slug, s.name, s.description, s.kind, "
+            "SELECT a.store_id, a.access, a.instructions, a.slug, a.name, a.description, s.kind, "
             "s.on_full "
             "FROM session_attachments a JOIN memory_stores s ON s.id = a.store_id "
             "WHERE a.session_id = :id ORDER BY a.position",

@@ -173,6 +173,10 @@ session_attachments = Table(
     Column("instructions", Text, nullable=False, default=""),
     # Fixed at creation so a later store rename never moves a session's mount.
     Column("slug", Text, nullable=False),
+    # The store's name and description as of attach time (what the session was told; the
+    # prompt note and the session object show these, not a later rename).
+    Column("name", Text, nullable=False, server_default=""),
+    Column("description", Text, nullable=False, server_default=""),
     Index(None, "store_id"),
 )
 

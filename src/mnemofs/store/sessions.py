@@ -105,11 +105,11 @@ class SessionsMixin(ServiceBase):
                 },
             )
             slugs = unique_slugs(row.name for row in stores)
-            for position, (spec, slug) in enumerate(zip(specs, slugs, strict=True)):
+            for position, (spec, slug, row) in enumerate(zip(specs, slugs, stores, strict=True)):
                 tx.run(
                     "INSERT INTO session_attachments (session_id, position, store_id, access, "
-                    "instructions, slug) VALUES (:session, :position, :store, :access, "
-                    ":instructions, :slug)",
+                    "instructions, slug, name, description) VALUES (:session, :position, "
+                    ":store, :access, :instructions, :slug, :name, :description)",
                     {
                         "session": session_id,
                         "position": position,
@@ -117,6 +117,8 @@ class SessionsMixin(ServiceBase):
                         "access": spec["access"],
                         "instructions": spec["instructions"],
                         "slug": slug,
+                        "name": row.name,
+                        "description": row.description,
                     },
                 )
             return self._session(tx, session_id)
