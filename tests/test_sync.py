@@ -455,3 +455,39 @@ def test_a_retried_path_is_not_deleted_while_the_database_cannot_answer(
     assert local.read_text() == "alpha\n"
     assert service.find_memory(store, "/a.md").content == "alpha\n"
     service.close()
+
+
+def test_sync_with_attach_twice_finds_the_last_baseline(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """``sync --attach STORE --root DIR --once`` from cron makes a new session each run; the
+    folder's baseline is found all the same: a local edit is one version, no conflict copy."""
+    env = make(engine, db_url, tmp_path)
+    argv = [sys.executable, "-m", "mnemofs", "--db", db_url, "sync", "--attach", "Notes"]
+    argv += ["--root", str(env.root), "--once"]
+
+    def cron() -> None:
+        done = subprocess.run(argv, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+    cron()
+    assert (env.root / "notes" / "a.md").read_text() == "alpha\n"
+    (env.root / "notes" / "a.md").write_text("alpha, edited between runs\n")
+    (env.root / "notes" / "new.md").write_text("made between runs\n")
+    cron()
+    cron()
+    assert env.stored(env.notes) == {
+        "/a.md": "alpha, edited between runs\n",
+        "/new.md": "made between runs\n",
+    }
+    assert not [p for p in (env.root / "notes").iterdir() if ".conflict-" in p.name]
+    ops = [(op, path) for op, path, _ in env.versions(env.notes)]
+    assert ops == [("created", "/new.md"), ("modified", "/a.md"), ("created", "/a.md")]
+    # A store moved to another folder name has no baseline there: it starts over, losing
+    # nothing (the store's content comes down; nothing is deleted).
+    env.service.update_store(env.notes, name="Renamed Notes")
+    argv[argv.index("Notes")] = env.notes
+    cron()
+    assert (env.root / "renamed-notes" / "a.md").read_text() == "alpha, edited between runs\n"
+    assert set(env.stored(env.notes)) == {"/a.md", "/new.md"}
+    env.service.close()

@@ -49,7 +49,7 @@ log = logging.getLogger("mnemofs.sync")
 
 ERRORS_FILE = ".mnemofs-sync-errors"
 READ_ONLY_MODE = 0o400
-STATE_FORMAT = 2
+STATE_FORMAT = 3  # 3: baselines are the folder's, per store (2: per session)
 
 
 @dataclass
@@ -71,6 +71,7 @@ class StoreState:
     # Paths a pass could not finish (changed or gone mid-pass, or a link in the way): the next
     # pass looks at each again, locally and at the store, whatever the feed and inotify say.
     retry: set[str] = field(default_factory=set)
+    folder: str = ""  # the folder under the root this baseline is of (the store's slug)
 
 
 @dataclass
@@ -87,6 +88,11 @@ class Report:
 def state_path(root: Path) -> Path:
     """The state file beside the root (never inside it, where the agent works)."""
     return root.parent / f".{root.name}.mnemofs-sync.json"
+
+
+def _folder_name(attachment: Attachment) -> str:
+    """The store's folder under the root: the last part of its mount path (its slug)."""
+    return attachment.mount_path.rsplit("/", 1)[1]
 
 
 def conflict_name(path: str, version_id: str) -> str:
@@ -120,27 +126,43 @@ class SyncWorker:
     # -- state --------------------------------------------------------------------------------
 
     def _load(self) -> None:
+        """The baselines of the folder under this root: one per store, whichever session
+        synced it last (``sync --attach ... --once`` from cron makes a new session each run,
+        and must find what the last run agreed on). A store's baseline counts only for the
+        same folder name; a store that this session does not attach keeps its baseline for
+        the next session that does."""
         try:
             raw = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             return
-        if raw.get("format") != STATE_FORMAT or raw.get("session") != self.session.id:
-            return  # another session's or an older format: start over from the stores
+        if raw.get("format") not in (2, STATE_FORMAT):
+            return  # an older format: start over from the stores
+        folders = {a.memory_store_id: _folder_name(a) for a in self.session.resources}
+        same_session = raw.get("session") == self.session.id
+        if raw.get("format") == 2 and not same_session:
+            return  # format 2 did not record folders: only its own session can trust it
         self.reported = dict(raw.get("reported", {}))
         for store_id, data in raw.get("stores", {}).items():
+            folder = (
+                data.get("folder") if raw.get("format") == STATE_FORMAT else folders.get(store_id)
+            )
+            if store_id in folders and folder != folders[store_id]:
+                continue  # the store is synced into another folder now: no baseline there
             self.states[store_id] = StoreState(
                 last_seq=int(data.get("last_seq", 0)),
                 files={p: Entry(*e) for p, e in data.get("files", {}).items()},
                 missing_since=dict(data.get("missing_since", {})),
+                folder=folder or "",
             )
 
     def _save(self) -> None:
         data = {
             "format": STATE_FORMAT,
-            "session": self.session.id,
+            "session": self.session.id,  # the last to sync here (informative)
             "reported": self.reported,  # so a restart does not report the same file again
             "stores": {
                 sid: {
+                    "folder": st.folder,
                     "last_seq": st.last_seq,
                     "files": {
                         p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size]
@@ -159,8 +181,10 @@ class SyncWorker:
         report = Report()
         private_dir(self.root, tighten=False)  # the caller's folder: made 0700, never changed
         for attachment in self.session.resources:
-            folder = Folder(str(self.root), attachment.mount_path.rsplit("/", 1)[1])
-            state = self.states.setdefault(attachment.memory_store_id, StoreState())
+            folder = Folder(str(self.root), _folder_name(attachment))
+            state = self.states.setdefault(
+                attachment.memory_store_id, StoreState(folder=_folder_name(attachment))
+            )
             try:
                 if not state.files:  # a store's folder is there from the start, empty or not
                     folder.ensure()
