@@ -151,11 +151,11 @@ def test_credentials(api: Api) -> None:
         api.client(made.key).beta.memory_stores.list()
     assert snapshot(api)[0] == before[0]
     # Keys over HTTP: created once with the secret, listed without.
-    status, key, _ = call(api, "POST", "/v1/api_keys", {"name": "ci"})
+    status, key, _ = call(api, "POST", "/mnemofs/v1/api_keys", {"name": "ci"})
     assert (status, key["type"], key["key"].startswith("mnemofs-key-")) == (200, "api_key", True)
-    status, keys, _ = call(api, "GET", "/v1/api_keys")
+    status, keys, _ = call(api, "GET", "/mnemofs/v1/api_keys")
     assert all(k["key"] is None for k in keys["data"])
-    status, revoked, _ = call(api, "POST", f"/v1/api_keys/{key['id']}/revoke")
+    status, revoked, _ = call(api, "POST", f"/mnemofs/v1/api_keys/{key['id']}/revoke")
     assert revoked["revoked_at"]
     assert call(api, "GET", "/v1/memory_stores", auth=key["key"])[0] == 401
 
@@ -219,10 +219,10 @@ def test_session_token_scope(api: Api) -> None:
         ("POST", "/v1/sessions", {"resources": []}, 403),
         ("GET", "/v1/sessions", None, 403),
         ("GET", f"/v1/sessions/{b.id}", None, 403),
-        ("POST", f"/v1/sessions/{a.id}/tokens", None, 403),
-        ("POST", f"/v1/sessions/{a.id}/end", None, 403),
-        ("POST", "/v1/api_keys", {"name": "escalate"}, 403),
-        ("GET", "/v1/api_keys", None, 403),
+        ("POST", f"/mnemofs/v1/sessions/{a.id}/tokens", None, 403),
+        ("POST", f"/mnemofs/v1/sessions/{a.id}/end", None, 403),
+        ("POST", "/mnemofs/v1/api_keys", {"name": "escalate"}, 403),
+        ("GET", "/mnemofs/v1/api_keys", None, 403),
     ]
     for method, path, body, expected in attempts:
         status, reply, headers = call(api, method, path, body, auth=token)
@@ -237,11 +237,11 @@ def test_session_token_scope(api: Api) -> None:
     status, reply, _ = call(api, "GET", f"/v1/sessions/{a.id}", auth=token)
     assert (status, reply["error"]["type"]) == (401, "authentication_error")
     # Tokens over HTTP (admin), and none for an ended session.
-    status, made_token, _ = call(api, "POST", f"/v1/sessions/{b.id}/tokens")
+    status, made_token, _ = call(api, "POST", f"/mnemofs/v1/sessions/{b.id}/tokens")
     assert status == 200
     assert made_token["token"].startswith("mnemofs-token-")
     assert call(api, "GET", f"/v1/sessions/{b.id}", auth=made_token["token"])[0] == 200
-    assert call(api, "POST", f"/v1/sessions/{a.id}/tokens")[0] == 400
+    assert call(api, "POST", f"/mnemofs/v1/sessions/{a.id}/tokens")[0] == 400
 
 
 def test_bad_input_is_a_4xx_in_the_wire_shape(api: Api) -> None:

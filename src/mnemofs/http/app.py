@@ -41,6 +41,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+EXTENSIONS = "/mnemofs/v1/"
+"""mnemofs's own endpoints live under this prefix, apart from the seed's ``/v1/``."""
+
 # A body holds one content at most, JSON-escaped (a byte may take six: \u0001), plus the rest.
 MAX_BODY_BYTES = 6 * limits.MAX_CONTENT_BYTES + limits.MAX_REQUEST_OVERHEAD_BYTES
 
@@ -110,7 +113,7 @@ class Guard:
                 if not message.get("more_body", False):
                     break
             receive = _replay(bytes(body), receive)
-        if scope["path"].startswith("/v1/"):
+        if scope["path"].startswith(("/v1/", EXTENSIONS)):
             request = Request(scope)
             try:
                 service: MemoryService = scope["app"].state.service

@@ -1,4 +1,5 @@
-"""``/v1/sessions`` (create, retrieve, list, a session's tokens) and ``/v1/api_keys``."""
+"""``/v1/sessions`` (create, retrieve, list) and mnemofs's own: a session's tokens and end,
+and API keys, under ``/mnemofs/v1`` (``EXTENSIONS``: never a path the seed's API could use)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,9 @@ async def list_sessions(
     )
 
 
-@router.post("/v1/sessions/{session_id}/tokens", summary="A bearer token for this session only")
+@router.post(
+    "/mnemofs/v1/sessions/{session_id}/tokens", summary="A bearer token for this session only"
+)
 async def create_token(request: Request, session_id: str) -> Response:
     caller = caller_of(request)
     s = service(request)
@@ -66,7 +69,9 @@ async def create_token(request: Request, session_id: str) -> Response:
     return reply(await run(request, s.create_session_token, session_id))
 
 
-@router.post("/v1/sessions/{session_id}/end", summary="End a session: its tokens stop working")
+@router.post(
+    "/mnemofs/v1/sessions/{session_id}/end", summary="End a session: its tokens stop working"
+)
 async def end_session(request: Request, session_id: str) -> Response:
     caller = caller_of(request)
     s = service(request)
@@ -75,7 +80,9 @@ async def end_session(request: Request, session_id: str) -> Response:
 
 
 @router.post(
-    "/v1/api_keys", summary="Create an admin API key (its secret is shown once)", tags=["keys"]
+    "/mnemofs/v1/api_keys",
+    summary="Create an admin API key (its secret is shown once)",
+    tags=["keys"],
 )
 async def create_key(request: Request, body: KeyCreate) -> Response:
     caller = caller_of(request)
@@ -84,7 +91,7 @@ async def create_key(request: Request, body: KeyCreate) -> Response:
     return reply(await run(request, s.create_api_key, body.name))
 
 
-@router.get("/v1/api_keys", summary="List API keys (never their secrets)", tags=["keys"])
+@router.get("/mnemofs/v1/api_keys", summary="List API keys (never their secrets)", tags=["keys"])
 async def list_keys(request: Request) -> Response:
     caller = caller_of(request)
     s = service(request)
@@ -103,7 +110,7 @@ async def list_keys(request: Request) -> Response:
     )
 
 
-@router.post("/v1/api_keys/{key_id}/revoke", summary="Revoke an API key", tags=["keys"])
+@router.post("/mnemofs/v1/api_keys/{key_id}/revoke", summary="Revoke an API key", tags=["keys"])
 async def revoke_key(request: Request, key_id: str) -> Response:
     caller = caller_of(request)
     s = service(request)
