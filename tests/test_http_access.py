@@ -370,6 +370,7 @@ def test_bad_input_is_a_4xx_in_the_wire_shape(api: Api) -> None:
         status, reply, headers = call(api, method, path, body, raw=raw)
         assert status == expected, (method, path, reply)
         assert set(reply) == {"type", "error", "request_id"}
+        assert set(reply["error"]) <= {"type", "message", "mnemofs_error"}
         assert reply["type"] == "error"
         assert reply["error"]["message"]
         assert words in reply["error"]["message"], (path, reply)

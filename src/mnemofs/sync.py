@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mnemofs.backend import Backend
 from mnemofs.content import Content
 from mnemofs.errors import InvalidRequest, MnemofsError, NotFound
 from mnemofs.folder import Folder, LinkInPath
@@ -43,7 +44,6 @@ from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME
 from mnemofs.private import FILE_MODE, private_dir, write_private
-from mnemofs.store import MemoryService
 
 log = logging.getLogger("mnemofs.sync")
 
@@ -108,7 +108,7 @@ class SyncWorker:
     """Reconciles a session's stores with folders under ``root`` (see the module docstring)."""
 
     def __init__(
-        self, service: MemoryService, session: Session, root: Path, *, interval: float = 15.0
+        self, service: Backend, session: Session, root: Path, *, interval: float = 15.0
     ) -> None:
         self.service = service
         self.session = session

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
+from mnemofs.backend import Backend, ChangeSignal
 from mnemofs.errors import Unavailable
 from mnemofs.fs.access import Owner
 from mnemofs.fs.adapter import Adapter, drop_caches
@@ -32,7 +33,6 @@ from mnemofs.mounts import (
     record_path,
     write_record,
 )
-from mnemofs.store import Listener, MemoryService
 
 log = logging.getLogger("mnemofs.mount")
 
@@ -83,7 +83,7 @@ def prepare_root(root: str) -> None:
     os.makedirs(root, exist_ok=True)
 
 
-async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
+async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
     """Notice changes made elsewhere and temp files left alone; drop what the kernel cached.
 
     PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
@@ -158,7 +158,7 @@ async def _watch_changes(fs: MemoryFs, service: MemoryService) -> None:
             commits.close()
 
 
-def _watch_commits(service: MemoryService) -> FileWatch | None:
+def _watch_commits(service: Backend) -> FileWatch | None:
     files = service.commit_files()
     if not files:
         return None
@@ -169,7 +169,7 @@ def _watch_commits(service: MemoryService) -> FileWatch | None:
         return None
 
 
-async def _reconnect(service: MemoryService) -> None:
+async def _reconnect(service: Backend) -> None:
     """Wait until the database can be reached again, trying from a worker thread (a connect to
     a vanished host can block for seconds; FUSE requests must not wait for it)."""
     log.warning("database unreachable (%s); reconnecting in the background", service.unavailable)
@@ -184,7 +184,7 @@ async def _reconnect(service: MemoryService) -> None:
         return
 
 
-def _listen(service: MemoryService) -> Listener | None:
+def _listen(service: Backend) -> ChangeSignal | None:
     try:
         return service.listen_for_changes()
     except Exception:
@@ -192,7 +192,7 @@ def _listen(service: MemoryService) -> Listener | None:
         return None
 
 
-async def _checkpoint(service: MemoryService) -> None:
+async def _checkpoint(service: Backend) -> None:
     """In a worker thread, off the save path: keep the SQLite WAL small (a look every
     ``CHECKPOINT_LOOK_S``, see ``Database.checkpoint``) and, every second, write the reads
     noted for 'evict-lru'."""
@@ -218,7 +218,7 @@ async def _watch_signals() -> None:
             return
 
 
-async def _serve(fs: MemoryFs, service: MemoryService) -> None:
+async def _serve(fs: MemoryFs, service: Backend) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals)
         nursery.start_soon(_watch_changes, fs, service)
@@ -230,7 +230,7 @@ async def _serve(fs: MemoryFs, service: MemoryService) -> None:
 
 
 def serve(
-    service: MemoryService,
+    service: Backend,
     session: Session,
     options: MountOptions,
     *,

@@ -7,6 +7,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from mnemofs import limits
+from mnemofs.backend import Backend
 from mnemofs.fs.nodes import (
     ROOT_INO,
     FsError,
@@ -19,13 +20,12 @@ from mnemofs.fs.nodes import (
 )
 from mnemofs.models import Memory, Session
 from mnemofs.paths import validate_path
-from mnemofs.store import MemoryService
 
 
 class TreeBase:
     """The inode tree of a mounted session: nodes by inode and by memory, lookups, permissions."""
 
-    def __init__(self, service: MemoryService, session: Session, *, actor: str) -> None:
+    def __init__(self, service: Backend, session: Session, *, actor: str) -> None:
         self.service = service
         self.session = session
         self.actor = actor

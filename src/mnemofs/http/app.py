@@ -123,7 +123,8 @@ class Guard:
                 return error_reply(exc.status, exc.type, exc.message, request_id), receive
             except MnemofsError as exc:
                 code, type_ = domain_status(exc)
-                return error_reply(code, type_, exc.message, request_id), receive
+                kind = type(exc).__name__
+                return error_reply(code, type_, exc.message, request_id, kind=kind), receive
         return None, receive
 
 
@@ -158,7 +159,7 @@ def _request_id(request: Request) -> str:
 async def _on_domain(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MnemofsError)
     status, type_ = domain_status(exc)
-    return error_reply(status, type_, exc.message, _request_id(request))
+    return error_reply(status, type_, exc.message, _request_id(request), kind=type(exc).__name__)
 
 
 async def _on_http(request: Request, exc: Exception) -> Response:

@@ -74,9 +74,21 @@ def reply(obj: Any, status: int = 200) -> Response:
 
 
 def error_reply(
-    status: int, type_: str, message: str, request_id: str, headers: dict[str, str] | None = None
+    status: int,
+    type_: str,
+    message: str,
+    request_id: str,
+    headers: dict[str, str] | None = None,
+    *,
+    kind: str | None = None,
 ) -> Response:
-    body = {"type": "error", "error": {"type": type_, "message": message}, "request_id": request_id}
+    """The wire's error body. ``kind`` names mnemofs's own refusal (``InvalidContent``,
+    ``StoreFull``...) in ``error.mnemofs_error``, so a remote mount can give the errno a local
+    one would; clients of the seed's API ignore the field."""
+    error = {"type": type_, "message": message}
+    if kind is not None:
+        error["mnemofs_error"] = kind
+    body = {"type": "error", "error": error, "request_id": request_id}
     response = Response(dumps(body), status_code=status, media_type=JSON, headers=headers)
     if 400 <= status < 500 and status not in (408, 429):
         response.headers["x-should-retry"] = "false"

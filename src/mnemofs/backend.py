@@ -1,0 +1,131 @@
+"""What a mount and a sync worker need from where memories are kept: one interface, two
+implementations that they cannot tell apart.
+
+- ``mnemofs.store.MemoryService``: the database itself (SQLite or PostgreSQL).
+- ``mnemofs.remote.RemoteBackend``: the HTTP API of ``mnemofs serve``, with a session token
+  that reaches only that session's stores.
+
+Every method is the store's (see ``MemoryService`` for what each promises); a refusal is the
+same domain error from either (``mnemofs.errors``), so the filesystem's errnos do not depend on
+the backend. ``Unavailable`` means "could not reach it; nothing known to have changed".
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mnemofs.content import Content
+from mnemofs.models import (
+    Change,
+    Memory,
+    MemoryPrefix,
+    MemoryVersion,
+    Session,
+    StoreId,
+    StoreSnapshot,
+    StoreState,
+)
+
+
+class ChangeSignal(Protocol):
+    """Wakes a watcher: ``fileno()`` turns readable when stores may have changed; ``drain()``
+    then names them (an empty set: look at every store)."""
+
+    def fileno(self) -> int: ...
+
+    def drain(self) -> set[str]: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    # -- what there is ---------------------------------------------------------------------------
+    def get_session(self, session_id: str) -> Session: ...
+
+    def snapshot(self, store_id: str) -> StoreSnapshot: ...
+
+    def store_states(self, store_ids: list[str]) -> dict[StoreId, StoreState]: ...
+
+    def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]: ...
+
+    def explicit_directories(self, store_id: str) -> list[str]: ...
+
+    def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory: ...
+
+    def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory: ...
+
+    def note_access(self, store_id: str, memory_id: str) -> None: ...
+
+    def flush_accesses(self) -> None: ...
+
+    # -- changes ---------------------------------------------------------------------------------
+    def save_file(
+        self,
+        store_id: str,
+        path: str,
+        content: str | Content,
+        *,
+        memory_id: str | None = None,
+        actor: str | None = None,
+    ) -> tuple[Memory, bool]: ...
+
+    def rename_over(
+        self,
+        store_id: str,
+        source_id: str,
+        target_id: str,
+        *,
+        actor: str | None = None,
+        fold: bool = False,
+    ) -> Memory: ...
+
+    def move_directory(
+        self, store_id: str, old: str, new: str, *, actor: str | None = None
+    ) -> int: ...
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | Content | None = None,
+        path: str | None = None,
+        precondition: dict[str, str] | str | None = None,
+        actor: str | None = None,
+        keep_directory: bool = False,
+    ) -> Memory: ...
+
+    def delete_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_content_sha256: str | None = None,
+        actor: str | None = None,
+        keep_directory: bool = False,
+        archived_ok: bool = False,
+    ) -> MemoryVersion: ...
+
+    def make_directory(self, store_id: str, path: str) -> MemoryPrefix: ...
+
+    def remove_directory(self, store_id: str, path: str) -> None: ...
+
+    # -- keeping up and keeping well ---------------------------------------------------------------
+    def listen_for_changes(self) -> ChangeSignal | None: ...
+
+    def data_version(self) -> int | None: ...
+
+    def commit_files(self) -> list[str]: ...
+
+    def checkpoint(self, *, force: bool = False) -> None: ...
+
+    def defer_checkpoints(self) -> None: ...
+
+    def defer_reconnects(self) -> None: ...
+
+    @property
+    def unavailable(self) -> str | None: ...
+
+    def probe(self) -> None: ...
+
+    def close(self) -> None: ...
