@@ -84,3 +84,26 @@ def ws(service: MemoryService) -> Workspace:
 @pytest.fixture
 def store_id(service: MemoryService) -> str:
     return service.create_store("Test Store", "for tests").id
+
+
+# The mounted suites that run over both backends: the daemon on the database, and the daemon
+# behind `mnemofs serve` with only a session token (issue 15).
+BOTH_WAYS = {"test_mount", "test_mount_differential", "test_same_files", "test_shared"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_WAYS:
+        metafunc.fixturenames.append("mount_via")
+        metafunc.parametrize("mount_via", ["local", "remote"], indirect=True)
+
+
+@pytest.fixture
+def mount_via(request: pytest.FixtureRequest) -> Iterator[str]:
+    from . import mounted
+
+    mounted.VIA = request.param
+    try:
+        yield request.param
+    finally:
+        mounted.VIA = "local"
+        mounted.stop_remote_servers()

@@ -20,10 +20,45 @@ from pathlib import Path
 
 import pytest
 
-from mnemofs.store import MemoryService
+from mnemofs.store import MemoryService, make_engine
+
+from .served import Server, start_server
 
 SKIP_FUSE_ENV = "MNEMOFS_SKIP_FUSE"
 READY_TIMEOUT_S = 30.0
+
+# How ``mounted`` reaches the stores: "local" (the daemon opens the database) or "remote" (a
+# `mnemofs serve` on that database, the daemon holding only a session token). The
+# ``mount_via`` fixture (conftest.py) sets it for the tests it parametrises.
+VIA = "local"
+_servers: dict[str, Server] = {}
+
+
+def remote_server(db_url: str, log_dir: Path) -> Server:
+    """The server of ``db_url`` for remote mounts, started on first use."""
+    server = _servers.get(db_url)
+    if server is None or server.process.poll() is not None:
+        server = start_server(db_url, log_dir / f"server-{len(_servers)}.log")
+        _servers[db_url] = server
+    return server
+
+
+def stop_remote_servers() -> None:
+    for server in _servers.values():
+        server.stop()
+    _servers.clear()
+
+
+def token_for(db_url: str, session_id: str) -> str:
+    engine = make_engine(db_url, check_schema=False)
+    service = MemoryService(engine, actor="tests")
+    try:
+        token = service.create_session_token(session_id).token
+    finally:
+        service.close()
+        engine.dispose()
+    assert token is not None
+    return token
 
 
 def require_fuse() -> None:
@@ -67,26 +102,25 @@ def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[D
     require_fuse()
     with contextlib.suppress(FileExistsError):  # a stale mount, which the daemon cleans up
         root.mkdir(parents=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "mnemofs",
-        "--db",
-        db_url,
-        "mount",
-        "--session",
-        session_id,
-        "--root",
-        str(root),
-        "--foreground",
-        *extra,
-    ]
+    env = None
+    if VIA == "remote":
+        server = remote_server(db_url, root.parent)
+        where = ["mount", "--server", server.url]
+        env = {**os.environ, "MNEMOFS_TOKEN": token_for(db_url, session_id)}
+    else:
+        where = ["--db", db_url, "mount", "--session", session_id]
+    argv = [sys.executable, "-m", "mnemofs", *where, "--root", str(root), "--foreground", *extra]
     # The daemon's log goes to a file next to the mount point (a pipe nobody reads would
     # block a daemon that logs much).
     log = root.parent / f"{root.name}.daemon.log"
     with open(log, "a") as stderr:
         process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=stderr, text=True, stdin=subprocess.DEVNULL
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
     daemon = Daemon(process, root, log)
     try:

@@ -76,6 +76,15 @@ class Server:
 @contextmanager
 def serving(db_url: str, log: Path, *, workers: int = 1) -> Iterator[Server]:
     """The server on ``db_url``, ready (``/health`` answered), stopped afterwards."""
+    server = start_server(db_url, log, workers=workers)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def start_server(db_url: str, log: Path, *, workers: int = 1) -> Server:
+    """The server on ``db_url``, ready (``/health`` answered); the caller stops it."""
     port = free_port()
     env = {**os.environ, "MNEMOFS_DB": db_url}
     with log.open("wb") as out:
@@ -95,20 +104,17 @@ def serving(db_url: str, log: Path, *, workers: int = 1) -> Iterator[Server]:
             stderr=subprocess.STDOUT,
         )
     server = Server(process, f"http://127.0.0.1:{port}", log)
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the server exited ({process.returncode}):\n{log.read_text()}")
-            try:
-                with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not come up:\n{log.read_text()}")
-            time.sleep(0.05)
-        yield server
-    finally:
-        server.stop()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited ({process.returncode}):\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"the server did not come up:\n{log.read_text()}")
+        time.sleep(0.05)

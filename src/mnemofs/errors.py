@@ -67,6 +67,13 @@ class Unavailable(MnemofsError):
     type = "unavailable"
 
 
+class AccessRevoked(Unavailable):
+    """The server refused the credential (a revoked token, an ended session): nothing through
+    it will work again. A filesystem says EACCES."""
+
+    type = "access_revoked"
+
+
 class ContentTooLarge(LimitExceeded):
     """Content over ``MAX_CONTENT_BYTES``: a limit, singled out because a filesystem says EFBIG."""
 

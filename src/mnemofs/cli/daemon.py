@@ -17,11 +17,12 @@ import time
 import click
 
 from mnemofs import mounts
+from mnemofs.backend import Backend
 from mnemofs.errors import NotFound
 from mnemofs.models import Session
 from mnemofs.mounts import MountOptions
 from mnemofs.private import open_private_log
-from mnemofs.store import MemoryService
+from mnemofs.remote import ENV_TOKEN, RemoteBackend
 
 __all__ = ["MountOptions", "serve_foreground", "start_background", "stop"]
 
@@ -29,7 +30,7 @@ STOP_TIMEOUT_S = 60.0
 
 
 def serve_foreground(
-    service: MemoryService, session: Session, options: MountOptions, *, ready_fd: int | None
+    service: Backend, session: Session, options: MountOptions, *, ready_fd: int | None
 ) -> None:
     logging.basicConfig(
         level=logging.DEBUG if options.debug else logging.INFO,
@@ -52,16 +53,22 @@ def serve_foreground(
         raise click.ClickException(str(exc)) from None
 
 
-def start_background(db: str | None, session: Session, options: MountOptions) -> None:
+def start_background(
+    db: str | None, session: Session, options: MountOptions, *, remote: RemoteBackend | None
+) -> None:
     log_path = mounts.state_dir() / (mounts.record_path(options.root).stem + ".log")
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", "mnemofs"]
-    if db:
+    env = None
+    if db and remote is None:
         argv += ["--db", db]
+    argv.append("mount")
+    if remote is not None:  # the token goes by the environment, never a command line
+        argv += ["--server", remote.server]
+        env = {**os.environ, ENV_TOKEN: remote.token}
+    else:
+        argv += ["--session", session.id]
     argv += [
-        "mount",
-        "--session",
-        session.id,
         "--root",
         options.root,
         "--foreground",
@@ -87,6 +94,7 @@ def start_background(db: str | None, session: Session, options: MountOptions) ->
             stderr=log,
             pass_fds=(write_fd,),
             start_new_session=True,
+            env=env,
         )
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
@@ -15,6 +16,52 @@ from mnemofs.limits import (
     DEFAULT_MOUNT_ROOT,
 )
 from mnemofs.models import Session
+from mnemofs.remote import ENV_SERVER, ENV_TOKEN, RemoteBackend
+
+# The options that put a mount or a sync worker behind ``mnemofs serve`` instead of the database.
+_SERVER_OPTIONS = (
+    click.option(
+        "--server",
+        metavar="URL",
+        envvar=ENV_SERVER,
+        help=f"Work through this mnemofs server (${ENV_SERVER}) with a session token, "
+        "holding no database: the session is the token's.",
+    ),
+    click.option(
+        "--token-file",
+        metavar="FILE",
+        help=f"Read the session token from FILE (or set ${ENV_TOKEN}; both keep it off the "
+        "command line).",
+    ),
+    click.option(
+        "--token", metavar="TOKEN", help="The session token itself (prefer --token-file)."
+    ),
+)
+
+
+def server_options(command: Any) -> Any:
+    for option in reversed(_SERVER_OPTIONS):
+        command = option(command)
+    return command
+
+
+def remote_backend(
+    server: str | None, token: str | None, token_file: str | None
+) -> RemoteBackend | None:
+    """The HTTP backend that ``--server`` asks for, or None for the database."""
+    if not server:
+        if token or token_file:
+            raise click.UsageError("--token and --token-file go with --server URL")
+        return None
+    if token_file:
+        try:
+            token = open(token_file).read().strip()  # noqa: SIM115
+        except OSError as exc:
+            raise click.UsageError(f"cannot read --token-file {token_file!r}: {exc}") from None
+    token = token or os.environ.get(ENV_TOKEN, "").strip()
+    if not token:
+        raise click.UsageError(f"--server needs a session token: --token-file FILE or ${ENV_TOKEN}")
+    return RemoteBackend(server, token)
 
 
 def session_or_attach(
@@ -61,6 +108,7 @@ def session_or_attach(
 )
 @click.option("--debug", is_flag=True, help="Log every FUSE request.")
 @click.option("--ready-fd", type=int, hidden=True)
+@server_options
 @pass_ctx
 def mount(
     ctx: Context,
@@ -74,6 +122,9 @@ def mount(
     group_access: bool,
     debug: bool,
     ready_fd: int | None,
+    server: str | None,
+    token_file: str | None,
+    token: str | None,
 ) -> None:
     """Mount a session's stores as directories under ROOT (one per store).
 
@@ -81,12 +132,21 @@ def mount(
     """
     from mnemofs.cli import daemon
 
-    session, root = session_or_attach(ctx, session_id, attach, root)
+    remote = remote_backend(server, token, token_file)
+    if remote is not None:
+        if session_id or attach:
+            raise click.UsageError(
+                "with --server the session is the token's: no --session/--attach"
+            )
+        session = remote.own_session()
+        root = os.path.abspath(root or session.mount_root)
+    else:
+        session, root = session_or_attach(ctx, session_id, attach, root)
     options = daemon.MountOptions(root, allow_other, uid, gid, debug, group_access)
     if foreground:
-        daemon.serve_foreground(ctx.service, session, options, ready_fd=ready_fd)
+        daemon.serve_foreground(remote or ctx.service, session, options, ready_fd=ready_fd)
     else:
-        daemon.start_background(ctx.db, session, options)
+        daemon.start_background(ctx.db, session, options, remote=remote)
 
 
 @click.command("sync")
@@ -112,6 +172,7 @@ def mount(
 )
 @click.option("--once", is_flag=True, help="Reconcile once and exit (for hooks and cron).")
 @click.option("--foreground", is_flag=True, help="Stay in the foreground until SIGINT/SIGTERM.")
+@server_options
 @pass_ctx
 def sync(
     ctx: Context,
@@ -121,6 +182,9 @@ def sync(
     interval: float,
     once: bool,
     foreground: bool,
+    server: str | None,
+    token_file: str | None,
+    token: str | None,
 ) -> None:
     """Keep a local folder per attached store in step with the database (no FUSE needed).
 
@@ -131,8 +195,18 @@ def sync(
 
     if interval < 1:
         raise click.UsageError(f"--interval must be at least 1 second, got {interval}")
+    remote = remote_backend(server, token, token_file)
+    if remote is not None:
+        if session_id or attach:
+            raise click.UsageError(
+                "with --server the session is the token's: no --session/--attach"
+            )
+        session = remote.own_session()
+        folder = os.path.abspath(root or session.mount_root)
+        syncing.run(remote, ctx.db, session, folder, interval, once=once, foreground=foreground)
+        return
     session, folder = session_or_attach(ctx, session_id, attach, root)
-    syncing.run(ctx.db, session, folder, interval, once=once, foreground=foreground)
+    syncing.run(None, ctx.db, session, folder, interval, once=once, foreground=foreground)
 
 
 @click.command("umount")

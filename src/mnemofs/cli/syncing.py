@@ -12,8 +12,10 @@ from pathlib import Path
 
 import click
 
+from mnemofs.backend import Backend
 from mnemofs.models import Session
 from mnemofs.private import open_private_log
+from mnemofs.remote import ENV_TOKEN, RemoteBackend
 from mnemofs.store import MemoryService, make_engine
 from mnemofs.sync import Report, SyncWorker
 
@@ -21,11 +23,19 @@ log = logging.getLogger("mnemofs.sync")
 
 
 def run(
-    db: str | None, session: Session, root: str, interval: float, *, once: bool, foreground: bool
+    remote: RemoteBackend | None,
+    db: str | None,
+    session: Session,
+    root: str,
+    interval: float,
+    *,
+    once: bool,
+    foreground: bool,
 ) -> None:
-    """Reconcile (as the session) once; then exit, loop here, or hand over to a worker."""
+    """Reconcile (as the session) once; then exit, loop here, or hand over to a worker. With
+    ``remote`` every change goes through the server; else through the database ``db``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    service = MemoryService(make_engine(db), actor=session.id)
+    service: Backend = remote or MemoryService(make_engine(db), actor=session.id)
     worker = SyncWorker(service, session, Path(root), interval=interval)
     try:
         report = worker.reconcile()
@@ -36,7 +46,7 @@ def run(
         if once:
             return
         if not foreground:
-            _start_background(db, session, root, interval)
+            _start_background(db, session, root, interval, remote)
             return
         sys.stdout.flush()
         worker.watch_local_changes()
@@ -61,17 +71,24 @@ def _log(report: Report) -> None:
         log.info("reconciled: %s", summary(report))
 
 
-def _start_background(db: str | None, session: Session, root: str, interval: float) -> None:
+def _start_background(
+    db: str | None, session: Session, root: str, interval: float, remote: RemoteBackend | None
+) -> None:
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     logfile = state / "mnemofs" / "sync" / f"{session.id}.log"
+    env = None
+    if remote is not None:  # the token goes by the environment, never a command line
+        where = ["--server", remote.server]
+        env = {**os.environ, ENV_TOKEN: remote.token}
+    else:
+        where = ["--session", session.id]
     argv = [
         sys.executable,
         "-m",
         "mnemofs",
-        *(["--db", db] if db else []),
+        *(["--db", db] if db and remote is None else []),
         "sync",
-        "--session",
-        session.id,
+        *where,
         "--root",
         root,
         "--interval",
@@ -80,7 +97,12 @@ def _start_background(db: str | None, session: Session, root: str, interval: flo
     ]
     with open_private_log(logfile) as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=env,
         )
     click.echo(
         f"syncing {root} in the background (pid {proc.pid}, log {logfile}); "

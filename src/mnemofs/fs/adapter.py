@@ -38,6 +38,7 @@ _ERRNOS: tuple[tuple[type[Exception], int], ...] = (
     (errors.Conflict, errno.EEXIST),
     (errors.PreconditionFailed, errno.EBUSY),
     (errors.StoreArchived, errno.EROFS),
+    (errors.AccessRevoked, errno.EACCES),
     (errors.Unavailable, errno.EIO),
 )
 

@@ -31,7 +31,7 @@ from ulid import ULID
 
 from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
-from mnemofs.http import memories, sessions, stores
+from mnemofs.http import memories, mounts, sessions, stores
 from mnemofs.http.access import authenticate
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.store.service import MemoryService
@@ -227,7 +227,7 @@ def create_app(service: MemoryService) -> FastAPI:
     )
     app.state.service = service
     app.state.run = store_runner(service)
-    for module in (stores, memories, sessions):
+    for module in (stores, memories, sessions, mounts):
         # One flat route table: an included router is matched as a level of its own, which
         # cost ~0.1 ms a request here.
         app.router.routes.extend(module.router.routes)

@@ -1,0 +1,265 @@
+"""``/mnemofs/v1``: what a remote mount or sync worker needs beyond the seed's API (see
+``mnemofs.remote``, the client): its session, store snapshots, the change feed and a long poll
+on it, whole-file saves, renames over a target, directory moves and explicit directories.
+
+Scoped like everything else: a session token reaches the stores attached to its session, and
+writes only the ``read_write`` ones; the actor of every write is the caller, never a field of
+the request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from mnemofs.http.access import attachment, caller_of
+from mnemofs.http.stores import run, service
+from mnemofs.http.wire import HttpError, reply
+
+router = APIRouter(prefix="/mnemofs/v1", tags=["mounts (mnemofs)"])
+
+WAIT_MAX_S = 25.0  # a long poll answers by then even if nothing changed
+WAIT_LOOK_S = 0.05  # how often a long poll looks at the stores' revisions
+
+
+class Save(BaseModel):
+    path: str
+    content: str
+    memory_id: str | None = None
+
+
+class RenameOver(BaseModel):
+    source_id: str
+    target_id: str
+    fold: bool = False
+
+
+class MoveDirectory(BaseModel):
+    old: str
+    new: str
+
+
+class Update(BaseModel):
+    content: str | None = None
+    path: str | None = None
+    keep_directory: bool = False
+
+
+class Delete(BaseModel):
+    keep_directory: bool = False
+
+
+class Directory(BaseModel):
+    path: str
+
+
+class Accesses(BaseModel):
+    memory_ids: list[str]
+
+
+def _own_session(request: Request) -> Any:
+    caller = caller_of(request)
+    if caller.session is None:
+        raise HttpError(400, "invalid_request_error", "an API key has no session: use a token")
+    return caller.session
+
+
+@router.get("/session", summary="The caller's own session (a session token's)")
+async def own_session(request: Request) -> Response:
+    return reply(_own_session(request))
+
+
+@router.get("/memory_stores/{store_id}/snapshot", summary="A store's whole tree, no content")
+async def snapshot(request: Request, store_id: str) -> Response:
+    attachment(caller_of(request), store_id)
+    snap = await run(request, service(request).snapshot, store_id)
+    return reply(
+        {
+            "store": snap.store.to_dict(),
+            "revision": snap.revision,
+            "memories": [m.to_dict() for m in snap.memories],
+            "directories": list(snap.directories),
+            "last_seq": snap.last_seq,
+        }
+    )
+
+
+@router.get("/store_states", summary="Revision and state of each store")
+async def store_states(request: Request, store_ids: Annotated[list[str], Query()]) -> Response:
+    caller = caller_of(request)
+    for store_id in store_ids:
+        attachment(caller, store_id)
+    states = await run(request, service(request).store_states, store_ids)
+    return reply({sid: _state(st) for sid, st in states.items()})
+
+
+def _state(state: Any) -> dict[str, Any]:
+    return {
+        "revision": state.revision,
+        "archived_at": state.archived_at,
+        "memory_count": state.memory_count,
+    }
+
+
+@router.get("/changes/wait", summary="Long poll: answer once a store's revision moves")
+async def wait_for_changes(
+    request: Request,
+    store_ids: Annotated[list[str], Query()],
+    revisions: Annotated[list[int], Query()],
+    wait: Annotated[float, Query(ge=0, le=WAIT_MAX_S)] = WAIT_MAX_S,
+) -> Response:
+    """The stores (of those given) whose revision is no longer the one given; waits up to
+    ``wait`` seconds for one to move. Every server on the database sees every commit, so a
+    change through any server reaches a watcher on any other."""
+    caller = caller_of(request)
+    if len(store_ids) != len(revisions):
+        raise HttpError(400, "invalid_request_error", "give one revision per store id")
+    for store_id in store_ids:
+        attachment(caller, store_id)
+    known = dict(zip(store_ids, revisions, strict=True))
+    deadline = time.monotonic() + wait
+    s = service(request)
+    while True:
+        states = await run(request, s.store_states, store_ids)
+        now = {str(sid): st.revision for sid, st in states.items()}
+        moved = sorted(sid for sid in store_ids if now.get(sid) != known[sid])
+        if moved or time.monotonic() >= deadline:
+            return reply({"changed": moved, "states": {k: _state(v) for k, v in states.items()}})
+        await anyio.sleep(WAIT_LOOK_S)
+
+
+@router.get("/memory_stores/{store_id}/changes", summary="The change feed after a position")
+async def changes(
+    request: Request,
+    store_id: str,
+    after: int = 0,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+) -> Response:
+    attachment(caller_of(request), store_id)
+    found = await run(request, service(request).changes, store_id, after, limit=limit)
+    return reply({"data": [{"seq": c.seq, "version": c.version.to_dict()} for c in found]})
+
+
+@router.get("/memory_stores/{store_id}/directories", summary="Explicit (mkdir) directories")
+async def directories(request: Request, store_id: str) -> Response:
+    attachment(caller_of(request), store_id)
+    return reply({"data": await run(request, service(request).explicit_directories, store_id)})
+
+
+@router.post("/memory_stores/{store_id}/directories", summary="mkdir")
+async def make_directory(request: Request, store_id: str, body: Directory) -> Response:
+    attachment(caller_of(request), store_id, write=True)
+    return reply(await run(request, service(request).make_directory, store_id, body.path))
+
+
+@router.post("/memory_stores/{store_id}/directories/remove", summary="rmdir")
+async def remove_directory(request: Request, store_id: str, body: Directory) -> Response:
+    attachment(caller_of(request), store_id, write=True)
+    await run(request, service(request).remove_directory, store_id, body.path)
+    return reply({"removed": body.path})
+
+
+@router.get("/memory_stores/{store_id}/memories/{memory_id}", summary="A memory, full")
+async def get_memory(
+    request: Request, store_id: str, memory_id: str, count_access: bool = True
+) -> Response:
+    attachment(caller_of(request), store_id)
+    s = service(request)
+    return reply(await run(request, s.get_memory, store_id, memory_id, count_access=count_access))
+
+
+@router.get("/memory_stores/{store_id}/memory_at", summary="The memory at a path, full")
+async def find_memory(
+    request: Request, store_id: str, path: str, count_access: bool = True
+) -> Response:
+    attachment(caller_of(request), store_id)
+    s = service(request)
+    return reply(await run(request, s.find_memory, store_id, path, count_access=count_access))
+
+
+@router.post("/memory_stores/{store_id}/accesses", summary="Reads to count (for evict-lru)")
+async def accesses(request: Request, store_id: str, body: Accesses) -> Response:
+    attachment(caller_of(request), store_id)
+    s = service(request)
+    for memory_id in body.memory_ids:
+        s.note_access(store_id, memory_id)  # buffered in memory: no database call here
+    return reply({"noted": len(body.memory_ids)})
+
+
+@router.post("/memory_stores/{store_id}/saves", summary="A file's whole content as one version")
+async def save_file(request: Request, store_id: str, body: Save) -> Response:
+    caller = caller_of(request)
+    attachment(caller, store_id, write=True)
+    memory, created = await run(
+        request,
+        service(request).save_file,
+        store_id,
+        body.path,
+        body.content,
+        memory_id=body.memory_id,
+        actor=caller.actor,
+    )
+    return reply({"memory": memory.to_dict(), "created": created})
+
+
+@router.post("/memory_stores/{store_id}/rename_over", summary="rename onto an existing file")
+async def rename_over(request: Request, store_id: str, body: RenameOver) -> Response:
+    caller = caller_of(request)
+    attachment(caller, store_id, write=True)
+    memory = await run(
+        request,
+        service(request).rename_over,
+        store_id,
+        body.source_id,
+        body.target_id,
+        actor=caller.actor,
+        fold=body.fold,
+    )
+    return reply(memory)
+
+
+@router.post("/memory_stores/{store_id}/move_directory", summary="Move a directory whole")
+async def move_directory(request: Request, store_id: str, body: MoveDirectory) -> Response:
+    caller = caller_of(request)
+    attachment(caller, store_id, write=True)
+    moved = await run(
+        request, service(request).move_directory, store_id, body.old, body.new, actor=caller.actor
+    )
+    return reply({"moved": moved})
+
+
+@router.post("/memory_stores/{store_id}/memories/{memory_id}/update", summary="Update, as a mount")
+async def update_memory(request: Request, store_id: str, memory_id: str, body: Update) -> Response:
+    caller = caller_of(request)
+    attachment(caller, store_id, write=True)
+    memory = await run(
+        request,
+        service(request).update_memory,
+        store_id,
+        memory_id,
+        content=body.content,
+        path=body.path,
+        actor=caller.actor,
+        keep_directory=body.keep_directory,
+    )
+    return reply(memory)
+
+
+@router.post("/memory_stores/{store_id}/memories/{memory_id}/delete", summary="Delete, as a mount")
+async def delete_memory(request: Request, store_id: str, memory_id: str, body: Delete) -> Response:
+    caller = caller_of(request)
+    attachment(caller, store_id, write=True)
+    version = await run(
+        request,
+        service(request).delete_memory,
+        store_id,
+        memory_id,
+        actor=caller.actor,
+        keep_directory=body.keep_directory,
+    )
+    return reply(version)

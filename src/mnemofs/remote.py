@@ -1,0 +1,491 @@
+"""The HTTP backend: a mount or sync worker that holds a session token, not the database.
+
+``RemoteBackend`` implements ``mnemofs.backend.Backend`` over ``mnemofs serve``: the seed's API
+where it has what is needed, mnemofs's own ``/mnemofs/v1`` endpoints (``http/mounts.py``) for
+the rest. Only the Python standard library (``http.client``): a sandbox image carries no HTTP
+package for it.
+
+- **Threads**: each thread has its own keep-alive connection; one opened more than
+  ``IDLE_REOPEN_S`` ago without use is replaced before a request (the server closes idle ones,
+  and a write sent into a closed connection would have an unknown outcome).
+- **Failures**: a request that cannot reach the server, or whose answer is lost, raises
+  ``Unavailable`` and marks the backend down: until ``probe`` (the mount's reconnecting task)
+  reaches the server again, calls fail at once. A save whose answer was lost is never reported
+  as done. A 401 (token revoked, session ended) raises ``AccessRevoked`` from then on.
+- **Errors** come back as the store raised them (``error.mnemofs_error``), so a remote mount
+  gives the errno a local one would.
+- **Changes made elsewhere**: ``listen_for_changes`` starts a thread that long-polls the
+  server (``/mnemofs/v1/changes/wait``) and wakes the watcher through a pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from mnemofs import errors
+from mnemofs.content import Content
+from mnemofs.models import (
+    Actor,
+    Attachment,
+    Change,
+    Memory,
+    MemoryId,
+    MemoryPrefix,
+    MemoryStore,
+    MemoryVersion,
+    Session,
+    SessionId,
+    StoreId,
+    StoreSnapshot,
+    StoreState,
+    VersionId,
+)
+
+log = logging.getLogger("mnemofs.remote")
+
+ENV_SERVER = "MNEMOFS_SERVER"
+ENV_TOKEN = "MNEMOFS_TOKEN"
+TIMEOUT_S = 30.0  # a request that takes longer is taken for a lost server
+IDLE_REOPEN_S = 4.0  # below uvicorn's keep-alive timeout (5 s)
+WAIT_S = 20.0  # one long poll
+_PREFIX = "/mnemofs/v1"
+_ERROR_CLASSES = {
+    cls.__name__: cls
+    for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, errors.MnemofsError)
+}
+
+
+class RemoteBackend:
+    """``Backend`` over HTTP (see the module docstring)."""
+
+    def __init__(self, server: str, token: str, *, timeout: float = TIMEOUT_S) -> None:
+        url = urlsplit(server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise errors.InvalidRequest(f"--server must be an http(s) URL, got {server!r}")
+        self.server = f"{url.scheme}://{url.netloc}"
+        self._url, self.token = server, token.strip()
+        self._https = url.scheme == "https"
+        self._host = url.hostname
+        self._port = url.port or (443 if self._https else 80)
+        self._base = url.path.rstrip("/")
+        self._auth = {"authorization": f"Bearer {token.strip()}"}
+        self._timeout = timeout
+        self._local = threading.local()
+        self._down: str | None = None
+        self._revoked: str | None = None
+        self._fail_fast = False
+        self._accessed: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        self._session: Session | None = None
+
+    # -- transport ---------------------------------------------------------------------------
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        used = getattr(self._local, "used", 0.0)
+        if conn is not None and time.monotonic() - used > IDLE_REOPEN_S:
+            conn.close()
+            conn = None
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        *,
+        probing: bool = False,
+    ) -> Any:
+        if self._revoked is not None:
+            raise errors.AccessRevoked(self._revoked)
+        if self._down is not None and self._fail_fast and not probing:
+            raise errors.Unavailable(f"the server is unreachable: {self._down}")
+        target = self._base + path
+        if query:
+            target += "?" + urlencode(query, doseq=True)
+        headers = dict(self._auth)
+        data = None
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False).encode()
+            headers["content-type"] = "application/json"
+        conn = self._connection()
+        try:
+            conn.request(method, target, body=data, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop_connection()
+            why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
+            self._down = why
+            raise errors.Unavailable(
+                f"the server is unreachable ({why}); nothing is known to have changed"
+            ) from None
+        self._local.used = time.monotonic()
+        if response.getheader("connection", "").lower() == "close":
+            self._drop_connection()
+        if self._down is not None:
+            self._down = None
+        if response.status >= 400:
+            raise self._refusal(response.status, payload)
+        return json.loads(payload) if payload else None
+
+    def _refusal(self, status: int, payload: bytes) -> errors.MnemofsError:
+        try:
+            error = json.loads(payload)["error"]
+            message, kind = str(error["message"]), error.get("mnemofs_error")
+        except (ValueError, KeyError, TypeError):
+            message, kind = payload[:200].decode(errors="replace"), None
+        if status == 401:
+            self._revoked = f"the server refused the token: {message}"
+            log.error("%s; every request through this mount now fails (EACCES)", self._revoked)
+            return errors.AccessRevoked(self._revoked)
+        cls = _ERROR_CLASSES.get(kind or "")
+        if cls is not None:
+            return cls(message)
+        if status == 404:
+            return errors.NotFound(message)
+        if status == 409:
+            return errors.Conflict(message)
+        if status == 413:
+            return errors.ContentTooLarge(message)
+        if status >= 500:
+            return errors.Unavailable(f"the server failed ({status}): {message}")
+        return errors.InvalidRequest(f"the server refused ({status}): {message}")
+
+    @staticmethod
+    def _store(store_id: str) -> str:
+        return f"{_PREFIX}/memory_stores/{quote(store_id, safe='')}"
+
+    # -- what there is -------------------------------------------------------------------------
+    def own_session(self) -> Session:
+        """The token's session."""
+        self._session = _session(self._call("GET", f"{_PREFIX}/session"))
+        return self._session
+
+    def get_session(self, session_id: str) -> Session:
+        session = self.own_session()
+        if session.id != session_id:
+            raise errors.NotFound(f"session {session_id!r} not found")
+        return session
+
+    def snapshot(self, store_id: str) -> StoreSnapshot:
+        data = self._call("GET", f"{self._store(store_id)}/snapshot")
+        return StoreSnapshot(
+            store=_store_of(data["store"]),
+            revision=int(data["revision"]),
+            memories=tuple(_memory(m) for m in data["memories"]),
+            directories=tuple(data["directories"]),
+            last_seq=int(data["last_seq"]),
+        )
+
+    def store_states(self, store_ids: list[str]) -> dict[StoreId, StoreState]:
+        if not store_ids:
+            return {}
+        data = self._call("GET", f"{_PREFIX}/store_states", query={"store_ids": store_ids})
+        return {StoreId(sid): _state(sid, st) for sid, st in data.items()}
+
+    def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
+        data = self._call(
+            "GET", f"{self._store(store_id)}/changes", query={"after": after_seq, "limit": limit}
+        )
+        return [Change(int(c["seq"]), _version(c["version"])) for c in data["data"]]
+
+    def explicit_directories(self, store_id: str) -> list[str]:
+        return list(self._call("GET", f"{self._store(store_id)}/directories")["data"])
+
+    def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory:
+        path = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}"
+        return _memory(self._call("GET", path, query={"count_access": str(count_access).lower()}))
+
+    def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory:
+        query = {"path": path, "count_access": str(count_access).lower()}
+        return _memory(self._call("GET", f"{self._store(store_id)}/memory_at", query=query))
+
+    def note_access(self, store_id: str, memory_id: str) -> None:
+        with self._lock:
+            self._accessed.setdefault(store_id, set()).add(memory_id)
+
+    def flush_accesses(self) -> None:
+        with self._lock:
+            noted, self._accessed = self._accessed, {}
+        for store_id, ids in noted.items():
+            self._call("POST", f"{self._store(store_id)}/accesses", {"memory_ids": sorted(ids)})
+
+    # -- changes -------------------------------------------------------------------------------
+    def save_file(
+        self,
+        store_id: str,
+        path: str,
+        content: str | Content,
+        *,
+        memory_id: str | None = None,
+        actor: str | None = None,
+    ) -> tuple[Memory, bool]:
+        text = content.text if isinstance(content, Content) else content
+        body = {"path": path, "content": text, "memory_id": memory_id}
+        data = self._call("POST", f"{self._store(store_id)}/saves", body)
+        return _memory(data["memory"]), bool(data["created"])
+
+    def rename_over(
+        self,
+        store_id: str,
+        source_id: str,
+        target_id: str,
+        *,
+        actor: str | None = None,
+        fold: bool = False,
+    ) -> Memory:
+        body = {"source_id": source_id, "target_id": target_id, "fold": fold}
+        return _memory(self._call("POST", f"{self._store(store_id)}/rename_over", body))
+
+    def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
+        body = {"old": old, "new": new}
+        return int(self._call("POST", f"{self._store(store_id)}/move_directory", body)["moved"])
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | Content | None = None,
+        path: str | None = None,
+        precondition: dict[str, str] | str | None = None,
+        actor: str | None = None,
+        keep_directory: bool = False,
+    ) -> Memory:
+        if precondition is not None:
+            raise errors.InvalidRequest("a remote mount's update takes no precondition")
+        text = content.text if isinstance(content, Content) else content
+        body = {"content": text, "path": path, "keep_directory": keep_directory}
+        target = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}/update"
+        return _memory(self._call("POST", target, body))
+
+    def delete_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_content_sha256: str | None = None,
+        actor: str | None = None,
+        keep_directory: bool = False,
+        archived_ok: bool = False,
+    ) -> MemoryVersion:
+        target = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}/delete"
+        return _version(self._call("POST", target, {"keep_directory": keep_directory}))
+
+    def make_directory(self, store_id: str, path: str) -> MemoryPrefix:
+        data = self._call("POST", f"{self._store(store_id)}/directories", {"path": path})
+        return MemoryPrefix(data["path"])
+
+    def remove_directory(self, store_id: str, path: str) -> None:
+        self._call("POST", f"{self._store(store_id)}/directories/remove", {"path": path})
+
+    # -- keeping up and keeping well -------------------------------------------------------------
+    def listen_for_changes(self) -> ChangeStream | None:
+        session = self._session or self.own_session()
+        return ChangeStream(self, [a.memory_store_id for a in session.resources])
+
+    def data_version(self) -> int | None:
+        return None
+
+    def commit_files(self) -> list[str]:
+        return []
+
+    def checkpoint(self, *, force: bool = False) -> None:
+        """Nothing to do: the server's database is the server's."""
+
+    def defer_checkpoints(self) -> None:
+        """Nothing to do (see ``checkpoint``)."""
+
+    def defer_reconnects(self) -> None:
+        self._fail_fast = True
+
+    @property
+    def unavailable(self) -> str | None:
+        return self._revoked or self._down
+
+    def probe(self) -> None:
+        """Reach the server again (the token too): ``Unavailable`` while it cannot be."""
+        self._call("GET", f"{_PREFIX}/session", probing=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(errors.MnemofsError):  # the last second of reads is lost
+            self.flush_accesses()
+        self._drop_connection()
+
+
+class ChangeStream:
+    """A thread that long-polls the server for the stores' revisions and wakes the watcher
+    through a pipe (``fileno`` readable; ``drain`` names the stores that moved)."""
+
+    def __init__(self, backend: RemoteBackend, store_ids: list[str]) -> None:
+        # Its own backend: the same server and token, its own connection and patience.
+        self._poller = RemoteBackend(backend._url, backend.token, timeout=WAIT_S + TIMEOUT_S)
+        self._store_ids = store_ids
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._changed: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mnemofs-changes", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        known: dict[str, int] | None = None
+        while not self._stop.is_set():
+            try:
+                if known is None:
+                    states = self._poller.store_states(self._store_ids)
+                    known = {str(k): v.revision for k, v in states.items()}
+                    self._wake(set(self._store_ids))  # look once: something may have moved
+                    continue
+                ids = [s for s in self._store_ids if s in known]
+                query = {"store_ids": ids, "revisions": [known[s] for s in ids], "wait": WAIT_S}
+                data = self._poller._call("GET", f"{_PREFIX}/changes/wait", query=query)
+                for sid, state in data["states"].items():
+                    known[sid] = int(state["revision"])
+                if data["changed"]:
+                    self._wake(set(data["changed"]))
+            except errors.AccessRevoked:
+                return
+            except errors.MnemofsError as exc:
+                log.debug("change stream: %s; again shortly", exc)
+                known = None
+                self._stop.wait(0.5)
+
+    def _wake(self, stores: set[str]) -> None:
+        with self._lock:
+            self._changed |= stores
+        with contextlib.suppress(OSError):  # a full pipe: the watcher has plenty to read
+            os.write(self._write, b"x")
+
+    def fileno(self) -> int:
+        return self._read
+
+    def drain(self) -> set[str]:
+        try:
+            while os.read(self._read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self._lock:
+            changed, self._changed = self._changed, set()
+        return changed
+
+    def close(self) -> None:
+        self._stop.set()
+        os.close(self._read)
+        os.close(self._write)
+
+
+# -- wire objects into models ----------------------------------------------------------------
+
+
+def _actor(data: Any) -> Actor | None:
+    if not data:
+        return None
+    kind = data["type"]
+    field = {
+        "session_actor": "session_id",
+        "api_actor": "api_key_id",
+        "user_actor": "user_id",
+        "service_account_actor": "service_account_id",
+    }[kind]
+    return Actor(kind, data[field])
+
+
+def _memory(data: dict[str, Any]) -> Memory:
+    return Memory(
+        id=MemoryId(data["id"]),
+        memory_store_id=StoreId(data["memory_store_id"]),
+        path=data["path"],
+        content_sha256=data["content_sha256"],
+        content_size_bytes=int(data["content_size_bytes"]),
+        memory_version_id=VersionId(data["memory_version_id"]),
+        created_at=data["created_at"],
+        updated_at=data["updated_at"],
+        content=data.get("content"),
+    )
+
+
+def _version(data: dict[str, Any]) -> MemoryVersion:
+    return MemoryVersion(
+        id=VersionId(data["id"]),
+        memory_store_id=StoreId(data["memory_store_id"]),
+        memory_id=MemoryId(data["memory_id"]),
+        operation=data["operation"],
+        path=data.get("path"),
+        content_sha256=data.get("content_sha256"),
+        content_size_bytes=data.get("content_size_bytes"),
+        created_at=data["created_at"],
+        created_by=_actor(data.get("created_by")),
+        redacted_at=data.get("redacted_at"),
+        redacted_by=_actor(data.get("redacted_by")),
+        content=data.get("content"),
+    )
+
+
+def _store_of(data: dict[str, Any]) -> MemoryStore:
+    return MemoryStore(
+        id=StoreId(data["id"]),
+        name=data["name"],
+        description=data["description"],
+        metadata=dict(data.get("metadata") or {}),
+        created_at=data["created_at"],
+        updated_at=data["updated_at"],
+        archived_at=data.get("archived_at"),
+        memory_count=int(data.get("memory_count", 0)),
+        kind=data.get("kind", "memory"),
+        owner=data.get("owner", ""),
+        on_full=data.get("on_full", "refuse"),
+        secrets=data.get("secrets", "refuse"),
+    )
+
+
+def _state(store_id: str, data: dict[str, Any]) -> StoreState:
+    return StoreState(
+        StoreId(store_id), int(data["revision"]), data.get("archived_at"), int(data["memory_count"])
+    )
+
+
+def _session(data: dict[str, Any]) -> Session:
+    resources = tuple(
+        Attachment(
+            memory_store_id=StoreId(r["memory_store_id"]),
+            access=r["access"],
+            instructions=r.get("instructions") or "",
+            name=r["name"],
+            description=r.get("description") or "",
+            mount_path=r["mount_path"],
+            kind=r.get("kind", "memory"),
+            on_full=r.get("on_full", "refuse"),
+        )
+        for r in data["resources"]
+    )
+    return Session(
+        id=SessionId(data["id"]),
+        created_at=data["created_at"],
+        ended_at=data.get("ended_at"),
+        mount_root=data.get("mount_root", "/mnt/memory"),
+        resources=resources,
+        user_id=data.get("user_id", ""),
+    )
