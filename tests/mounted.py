@@ -97,11 +97,16 @@ class Daemon:
 
 
 @contextmanager
+def remote_mount(server_url: str, token: str, root: Path, *extra: str) -> Iterator[Daemon]:
+    """A daemon mounting through ``server_url`` with ``token`` (by the environment)."""
+    argv = ["mount", "--server", server_url]
+    with _daemon(argv, root, {**os.environ, "MNEMOFS_TOKEN": token}, *extra) as daemon:
+        yield daemon
+
+
+@contextmanager
 def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[Daemon]:
     """Serve ``session_id`` at ``root`` in a daemon process for the duration of the block."""
-    require_fuse()
-    with contextlib.suppress(FileExistsError):  # a stale mount, which the daemon cleans up
-        root.mkdir(parents=True)
     env = None
     if VIA == "remote":
         server = remote_server(db_url, root.parent)
@@ -109,6 +114,17 @@ def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[D
         env = {**os.environ, "MNEMOFS_TOKEN": token_for(db_url, session_id)}
     else:
         where = ["--db", db_url, "mount", "--session", session_id]
+    with _daemon(where, root, env, *extra) as daemon:
+        yield daemon
+
+
+@contextmanager
+def _daemon(
+    where: list[str], root: Path, env: dict[str, str] | None, *extra: str
+) -> Iterator[Daemon]:
+    require_fuse()
+    with contextlib.suppress(FileExistsError):  # a stale mount, which the daemon cleans up
+        root.mkdir(parents=True)
     argv = [sys.executable, "-m", "mnemofs", *where, "--root", str(root), "--foreground", *extra]
     # The daemon's log goes to a file next to the mount point (a pipe nobody reads would
     # block a daemon that logs much).

@@ -83,11 +83,11 @@ def serving(db_url: str, log: Path, *, workers: int = 1) -> Iterator[Server]:
         server.stop()
 
 
-def start_server(db_url: str, log: Path, *, workers: int = 1) -> Server:
+def start_server(db_url: str, log: Path, *, workers: int = 1, port: int | None = None) -> Server:
     """The server on ``db_url``, ready (``/health`` answered); the caller stops it."""
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "MNEMOFS_DB": db_url}
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         process = subprocess.Popen(
             [
                 sys.executable,

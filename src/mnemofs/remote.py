@@ -56,6 +56,7 @@ ENV_TOKEN = "MNEMOFS_TOKEN"
 TIMEOUT_S = 30.0  # a request that takes longer is taken for a lost server
 IDLE_REOPEN_S = 4.0  # below uvicorn's keep-alive timeout (5 s)
 WAIT_S = 20.0  # one long poll
+CHANGES_PAGE = 5000  # change feed entries per request
 _PREFIX = "/mnemofs/v1"
 _ERROR_CLASSES = {
     cls.__name__: cls
@@ -204,10 +205,16 @@ class RemoteBackend:
         return {StoreId(sid): _state(sid, st) for sid, st in data.items()}
 
     def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
-        data = self._call(
-            "GET", f"{self._store(store_id)}/changes", query={"after": after_seq, "limit": limit}
-        )
-        return [Change(int(c["seq"]), _version(c["version"])) for c in data["data"]]
+        """Up to ``limit`` changes after ``after_seq``, fetched ``CHANGES_PAGE`` at a time."""
+        out: list[Change] = []
+        while len(out) < limit:
+            ask = min(CHANGES_PAGE, limit - len(out))
+            query = {"after": out[-1].seq if out else after_seq, "limit": ask}
+            data = self._call("GET", f"{self._store(store_id)}/changes", query=query)
+            out += [Change(int(c["seq"]), _version(c["version"])) for c in data["data"]]
+            if len(data["data"]) < ask:
+                break
+        return out
 
     def explicit_directories(self, store_id: str) -> list[str]:
         return list(self._call("GET", f"{self._store(store_id)}/directories")["data"])

@@ -1,0 +1,206 @@
+"""Mounts and sync workers that hold a session token, not the database (issue 15): what only
+the remote backend has to get right. (The whole mounted suite also runs over it: see
+``BOTH_WAYS`` in conftest.py.)"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from mnemofs import errors
+from mnemofs.remote import RemoteBackend
+from mnemofs.store import Engine, MemoryService
+
+from .mounted import remote_mount, token_for, wait_for
+from .served import serving, start_server
+
+pytestmark = pytest.mark.mounted
+
+
+class World:
+    """Two stores attached to a session (one read_only), another session with its own store."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.service = MemoryService(engine, actor="tests")
+        s = self.service
+        self.notes = s.create_store("Notes").id
+        self.docs = s.create_store("Docs").id
+        self.theirs = s.create_store("Theirs").id
+        s.create_memory(self.docs, "/readme.md", "read me\n")
+        s.create_memory(self.theirs, "/secret.md", "not yours\n")
+        self.session = s.create_session(
+            [
+                {"memory_store_id": self.notes},
+                {"memory_store_id": self.docs, "access": "read_only"},
+            ]
+        )
+        self.other = s.create_session([{"memory_store_id": self.theirs}])
+
+
+def errno_of(fn: object, *args: object) -> int:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except OSError as exc:
+        return exc.errno or 0
+    return 0
+
+
+def write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_a_token_reaches_its_own_stores_only(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """The mount's own calls, made by a process that holds the token: another session's store
+    is not found, a read_only store refuses writes at the server too."""
+    w = World(engine)
+    with serving(db_url, tmp_path / "server.log") as server:
+        backend = RemoteBackend(server.url, token_for(db_url, w.session.id))
+        assert [a.memory_store_id for a in backend.own_session().resources] == [w.notes, w.docs]
+        with pytest.raises(errors.NotFound):
+            backend.snapshot(w.theirs)
+        with pytest.raises(errors.NotFound):
+            backend.find_memory(w.theirs, "/secret.md")
+        with pytest.raises(errors.NotFound):
+            backend.save_file(w.theirs, "/x.md", "x")
+        with pytest.raises(errors.MnemofsError, match="read_only"):
+            backend.save_file(w.docs, "/x.md", "x")
+        _memory, created = backend.save_file(w.notes, "/mine.md", "mine\n")
+        assert created
+        version = w.service.list_versions(w.notes).data[0]
+        assert version.created_by is not None
+        assert (version.created_by.type, version.created_by.id) == ("session_actor", w.session.id)
+        backend.close()
+
+
+def test_server_down_fails_fast_and_the_mount_catches_up(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """While the server is down: what the mount holds stays readable, a save fails with EIO
+    and is not acknowledged; once it is back (same address) the mount catches up on what
+    changed meanwhile and saves again, with no remount."""
+    w = World(engine)
+    log = tmp_path / "server.log"
+    server = start_server(db_url, log)
+    port = urlsplit(server.url).port
+    root = tmp_path / "mnt"
+    env_token = token_for(db_url, w.session.id)
+    try:
+        with remote_mount(server.url, env_token, root) as daemon:
+            notes = root / "notes"
+            write(notes / "kept.md", "saved before\n")
+            assert (root / "docs" / "readme.md").read_text() == "read me\n"
+            server.stop()
+            # Listing, stat and a file already read keep working.
+            assert sorted(os.listdir(notes)) == ["kept.md"]
+            assert (notes / "kept.md").stat().st_size == len("saved before\n")
+            assert (root / "docs" / "readme.md").read_text() == "read me\n"
+            # A save cannot be acknowledged: EIO at close, and nothing is stored.
+            assert errno_of(write, notes / "lost.md", "never acknowledged\n") == errno.EIO
+            assert "/lost.md" not in {m.path for m in w.service.list_memories(w.notes)}
+            # Meanwhile someone else changes the store.
+            w.service.create_memory(w.notes, "/while-down.md", "made while the server was down\n")
+            server = start_server(db_url, log, port=port)
+            assert wait_for(lambda: (notes / "while-down.md").exists(), timeout=10)
+            write(notes / "after.md", "saved after\n")
+            assert w.service.find_memory(w.notes, "/after.md").content == "saved after\n"
+            assert daemon.process.poll() is None
+            assert "unreachable" in daemon.log.read_text()
+    finally:
+        server.stop()
+
+
+def test_an_ended_session_is_eacces(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    w = World(engine)
+    with serving(db_url, tmp_path / "server.log") as server:
+        token = token_for(db_url, w.session.id)
+        with remote_mount(server.url, token, tmp_path / "mnt") as daemon:
+            notes = tmp_path / "mnt" / "notes"
+            write(notes / "a.md", "before the end\n")
+            w.service.end_session(w.session.id)
+            assert errno_of(write, notes / "b.md", "after the end\n") == errno.EACCES
+            assert errno_of(write, notes / "a.md", "after the end\n") == errno.EACCES
+            assert w.service.find_memory(w.notes, "/a.md").content == "before the end\n"
+            assert "refused the token" in daemon.log.read_text()
+            assert token not in daemon.log.read_text()
+
+
+@pytest.mark.postgres
+def test_two_servers_on_one_database(tmp_path: Path) -> None:
+    """Scale-out: a change through one server reaches a mount connected to the other within a
+    second, and the other way round."""
+    from .conftest import _fresh_pg_engine, pg_url
+
+    w = World(_fresh_pg_engine())
+    url = pg_url()
+    with (
+        serving(url, tmp_path / "a.log") as a,
+        serving(url, tmp_path / "b.log") as b,
+    ):
+        token = token_for(url, w.session.id)
+        through_b = RemoteBackend(b.url, token)
+        with remote_mount(a.url, token, tmp_path / "mnt"):
+            notes = tmp_path / "mnt" / "notes"
+            through_b.save_file(w.notes, "/via-b.md", "through server b\n")
+            assert wait_for(lambda: (notes / "via-b.md").exists(), timeout=1.0)
+            assert (notes / "via-b.md").read_text() == "through server b\n"
+            write(notes / "via-a.md", "through server a\n")
+            assert through_b.find_memory(w.notes, "/via-a.md").content == "through server a\n"
+        assert b.requests("POST", f"/mnemofs/v1/memory_stores/{w.notes}/saves")
+        through_b.close()
+
+
+def test_sync_over_http(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """The same reconcile through the server: the worker holds a token file, no database."""
+    w = World(engine)
+    with serving(db_url, tmp_path / "server.log") as server:
+        token_file = tmp_path / "token"
+        token_file.write_text(token_for(db_url, w.session.id))
+        token_file.chmod(0o600)
+        root = tmp_path / "memory"
+        argv = [sys.executable, "-m", "mnemofs", "sync", "--server", server.url]
+        argv += ["--token-file", str(token_file), "--root", str(root), "--once"]
+        env = {k: v for k, v in os.environ.items() if k != "MNEMOFS_DB"}
+
+        def once() -> str:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env)
+            assert done.returncode == 0, done.stderr
+            return done.stdout + done.stderr
+
+        assert "synced 2 store(s)" in once()
+        assert (root / "docs" / "readme.md").read_text() == "read me\n"
+        (root / "notes" / "n.md").write_text("from the sandbox\n")
+        (root / "docs" / "readme.md").chmod(0o600)
+        (root / "docs" / "readme.md").write_text("tampered\n")
+        second = once()
+        assert "discarded" in second, second
+        assert w.service.find_memory(w.notes, "/n.md").content == "from the sandbox\n"
+        assert (root / "docs" / "readme.md").read_text() == "read me\n"  # read_only: restored
+        assert w.service.find_memory(w.docs, "/readme.md").content == "read me\n"
+        version = w.service.list_versions(w.notes).data[0]
+        assert version.created_by is not None
+        assert version.created_by.id == w.session.id
+        state = json.loads((tmp_path / ".memory.mnemofs-sync.json").read_text())
+        assert state["session"] == w.session.id
+        assert token_file.read_text() not in (tmp_path / "server.log").read_text()
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "mnemofs"]
+    env = {k: v for k, v in os.environ.items() if k not in ("MNEMOFS_TOKEN", "MNEMOFS_SERVER")}
+    cases = [
+        (["mount", "--server", "http://127.0.0.1:1", "--root", str(tmp_path)], "session token"),
+        (["mount", "--token", "x", "--root", str(tmp_path)], "go with --server"),
+        (["sync", "--server", "ftp://x", "--token", "t", "--once"], "http(s) URL"),
+    ]
+    for args, words in cases:
+        done = subprocess.run(base + args, capture_output=True, text=True, env=env)
+        assert done.returncode != 0
+        assert words in done.stderr, done.stderr
