@@ -311,3 +311,96 @@ def test_mode3_api_server_in_the_container(image: str) -> None:
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)
         podman("volume", "rm", "-f", volume, check=False)
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_mode2_over_the_server_with_only_a_token(image: str, backend: str, tmp_path: Path) -> None:
+    """Mode 2 as a sandbox should run it: the daemon inside holds one session token (from the
+    environment) and a server address; no database URL, file or route. The agent writes its
+    read_write store (one version, by the session), gets EROFS on the read_only one; a process
+    inside with the token cannot read another session's store, nor open the database."""
+    from .conftest import _fresh_pg_engine
+    from .mounted import token_for
+    from .served import serving
+
+    if backend == "sqlite":
+        db_url = f"sqlite:///{tmp_path / 'host.db'}"
+        engine = make_engine(db_url)
+    else:
+        db_url = pg_url()
+        engine = _fresh_pg_engine()
+    service = MemoryService(engine, actor="api")
+    notes, docs = seed(service)
+    theirs = service.create_store("Theirs").id
+    service.create_memory(theirs, "/secret.md", "not yours\n")
+    session = service.create_session(
+        [{"memory_store_id": notes}, {"memory_store_id": docs, "access": "read_only"}]
+    )
+    service.create_session([{"memory_store_id": theirs}])
+    name = f"mnemofs-remote-{uuid.uuid4().hex[:8]}"
+    with serving(db_url, tmp_path / "server.log") as server:
+        token = token_for(db_url, session.id)
+        os.environ["MNEMOFS_TOKEN"] = token  # handed over by name: never on a command line
+        try:
+            podman(
+                "run",
+                "-d",
+                "--name",
+                name,
+                *LIMITS,
+                "--network",
+                "host",
+                "--device",
+                "/dev/fuse",
+                "--cap-add",
+                "SYS_ADMIN",
+                "--user",
+                "root",
+                "-e",
+                "MNEMOFS_TOKEN",
+                "-e",
+                f"MNEMOFS_SERVER={server.url}",
+                image,
+                "mount",
+                "--allow-other",
+                "--uid",
+                "1000",
+                "--gid",
+                "1000",
+                "--foreground",
+            )
+            deadline = time.monotonic() + 60
+            while "mnemofs: mounted" not in podman("logs", name, check=False).stdout:
+                assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
+                time.sleep(0.2)
+            check_agent(
+                podman("exec", "--user", "agent", name, "sh", "-c", AGENT_SCRIPT, check=False)
+            )
+            probe = (
+                "import os, urllib.request as u\n"
+                "r = u.Request(os.environ['MNEMOFS_SERVER'] + "
+                f"'/v1/memory_stores/{theirs}/memories', "
+                "headers={'authorization': 'Bearer ' + os.environ['MNEMOFS_TOKEN']})\n"
+                "try:\n    u.urlopen(r)\n    print('read it')\n"
+                "except Exception as e:\n    print(getattr(e, 'code', e))\n"
+            )
+            got = podman("exec", name, "python3", "-c", probe, check=False).stdout.strip()
+            assert got == "404"
+            no_db = podman("exec", name, "mnemofs", "stores", "list", check=False)
+            assert no_db.returncode != 0
+            assert "no database" in no_db.stderr
+            podman("stop", "-t", "30", name)
+        finally:
+            os.environ.pop("MNEMOFS_TOKEN", None)
+            podman("rm", "-f", "-t", "0", name, check=False)
+        logs = server.log.read_text()
+        assert token not in logs
+    versions = [
+        (v.operation, v.path, v.created_by.id if v.created_by else None)
+        for v in service.list_versions(notes)
+    ]
+    assert versions == [("created", "/a.md", session.id)]
+    assert service.find_memory(notes, "/a.md").content == "from the container\n"
+    service.close()

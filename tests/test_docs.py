@@ -52,7 +52,7 @@ def test_compose_examples_parse(path: Path) -> None:
     import yaml
 
     document = yaml.safe_load(path.read_text())
-    assert set(document) <= {"services", "volumes"}
+    assert set(document) <= {"services", "volumes", "networks"}
     for service in document["services"].values():
         assert "image" in service or "build" in service
         for volume in service.get("volumes", []):
