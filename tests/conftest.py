@@ -94,11 +94,13 @@ BOTH_WAYS = {"test_mount", "test_mount_differential", "test_same_files", "test_s
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_WAYS:
         metafunc.fixturenames.append("mount_via")
-        metafunc.parametrize("mount_via", ["local", "remote"], indirect=True)
+        metafunc.parametrize("mount_via", ["local", "remote"], indirect=True, scope="module")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def mount_via(request: pytest.FixtureRequest) -> Iterator[str]:
+    """How this module's mounts reach the stores (see ``mounted.VIA``). Module-scoped, so a
+    module's own mount fixtures are made once per way, after it is set."""
     from . import mounted
 
     mounted.VIA = request.param
@@ -106,4 +108,3 @@ def mount_via(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
     finally:
         mounted.VIA = "local"
-        mounted.stop_remote_servers()

@@ -31,22 +31,26 @@ READY_TIMEOUT_S = 30.0
 # `mnemofs serve` on that database, the daemon holding only a session token). The
 # ``mount_via`` fixture (conftest.py) sets it for the tests it parametrises.
 VIA = "local"
-_servers: dict[str, Server] = {}
+_servers: dict[str, tuple[Server, int]] = {}  # db url -> its server and the mounts using it
 
 
-def remote_server(db_url: str, log_dir: Path) -> Server:
-    """The server of ``db_url`` for remote mounts, started on first use."""
-    server = _servers.get(db_url)
+@contextmanager
+def remote_server(db_url: str, log_dir: Path) -> Iterator[Server]:
+    """The server of ``db_url`` for remote mounts: started by the first mount that needs it,
+    stopped when the last one using it is done."""
+    server, users = _servers.get(db_url, (None, 0))
     if server is None or server.process.poll() is not None:
-        server = start_server(db_url, log_dir / f"server-{len(_servers)}.log")
-        _servers[db_url] = server
-    return server
-
-
-def stop_remote_servers() -> None:
-    for server in _servers.values():
-        server.stop()
-    _servers.clear()
+        server, users = start_server(db_url, log_dir / f"server-{os.getpid()}.log"), 0
+    _servers[db_url] = (server, users + 1)
+    try:
+        yield server
+    finally:
+        server, users = _servers[db_url]
+        if users == 1:
+            del _servers[db_url]
+            server.stop()
+        else:
+            _servers[db_url] = (server, users - 1)
 
 
 def token_for(db_url: str, session_id: str) -> str:
@@ -107,14 +111,13 @@ def remote_mount(server_url: str, token: str, root: Path, *extra: str) -> Iterat
 @contextmanager
 def mounted(db_url: str, session_id: str, root: Path, *extra: str) -> Iterator[Daemon]:
     """Serve ``session_id`` at ``root`` in a daemon process for the duration of the block."""
-    env = None
     if VIA == "remote":
-        server = remote_server(db_url, root.parent)
-        where = ["mount", "--server", server.url]
-        env = {**os.environ, "MNEMOFS_TOKEN": token_for(db_url, session_id)}
-    else:
-        where = ["--db", db_url, "mount", "--session", session_id]
-    with _daemon(where, root, env, *extra) as daemon:
+        with remote_server(db_url, root.parent) as server:
+            env = {**os.environ, "MNEMOFS_TOKEN": token_for(db_url, session_id)}
+            with _daemon(["mount", "--server", server.url], root, env, *extra) as daemon:
+                yield daemon
+        return
+    with _daemon(["--db", db_url, "mount", "--session", session_id], root, None, *extra) as daemon:
         yield daemon
 
 

@@ -71,7 +71,7 @@ def read(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def mount_env(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, mount_via: str
 ) -> Iterator[tuple[MemoryService, str, Path]]:
     base = tmp_path_factory.mktemp("diff")
     url = f"sqlite:///{base / 'db.sqlite'}"

@@ -227,9 +227,10 @@ def create_app(service: MemoryService) -> FastAPI:
     )
     app.state.service = service
     app.state.run = store_runner(service)
-    for module in (stores, memories, sessions, mounts):
-        # One flat route table: an included router is matched as a level of its own, which
-        # cost ~0.1 ms a request here.
+    for module in (mounts, memories, stores, sessions):
+        # One flat route table (an included router is matched as a level of its own, which
+        # cost ~0.1 ms a request here), the busiest routes first: every save of a remote
+        # mount, then memories; each route tried before the right one costs ~3 µs.
         app.router.routes.extend(module.router.routes)
     app.add_exception_handler(MnemofsError, _on_domain)
     app.add_exception_handler(HttpError, _on_http)

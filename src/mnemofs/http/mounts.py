@@ -10,11 +10,12 @@ the request.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from mnemofs.http.access import attachment, caller_of
@@ -62,6 +63,28 @@ class Accesses(BaseModel):
     memory_ids: list[str]
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+async def _body(request: Request, model: type[M]) -> M:
+    """The request's JSON body as ``model``. Read by hand rather than declared as a parameter:
+    these endpoints carry every save of a remote mount, and the framework's parameter
+    machinery cost more than the save itself (see docs/decisions.md)."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_input=False)]
+        ) from None
+
+
+def _documented(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` that documents ``model`` as the request body."""
+    schema = model.model_json_schema()
+    content = {"application/json": {"schema": schema}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
 def _own_session(request: Request) -> Any:
     caller = caller_of(request)
     if caller.session is None:
@@ -71,7 +94,8 @@ def _own_session(request: Request) -> Any:
 
 @router.get("/session", summary="The caller's own session (a session token's)")
 async def own_session(request: Request) -> Response:
-    return reply(_own_session(request))
+    session = _own_session(request)
+    return reply(await run(request, service(request).get_session, session.id))
 
 
 @router.get("/memory_stores/{store_id}/snapshot", summary="A store's whole tree, no content")
@@ -151,14 +175,22 @@ async def directories(request: Request, store_id: str) -> Response:
     return reply({"data": await run(request, service(request).explicit_directories, store_id)})
 
 
-@router.post("/memory_stores/{store_id}/directories", summary="mkdir")
-async def make_directory(request: Request, store_id: str, body: Directory) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/directories", summary="mkdir", openapi_extra=_documented(Directory)
+)
+async def make_directory(request: Request, store_id: str) -> Response:
+    body = await _body(request, Directory)
     attachment(caller_of(request), store_id, write=True)
     return reply(await run(request, service(request).make_directory, store_id, body.path))
 
 
-@router.post("/memory_stores/{store_id}/directories/remove", summary="rmdir")
-async def remove_directory(request: Request, store_id: str, body: Directory) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/directories/remove",
+    summary="rmdir",
+    openapi_extra=_documented(Directory),
+)
+async def remove_directory(request: Request, store_id: str) -> Response:
+    body = await _body(request, Directory)
     attachment(caller_of(request), store_id, write=True)
     await run(request, service(request).remove_directory, store_id, body.path)
     return reply({"removed": body.path})
@@ -182,8 +214,13 @@ async def find_memory(
     return reply(await run(request, s.find_memory, store_id, path, count_access=count_access))
 
 
-@router.post("/memory_stores/{store_id}/accesses", summary="Reads to count (for evict-lru)")
-async def accesses(request: Request, store_id: str, body: Accesses) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/accesses",
+    summary="Reads to count (for evict-lru)",
+    openapi_extra=_documented(Accesses),
+)
+async def accesses(request: Request, store_id: str) -> Response:
+    body = await _body(request, Accesses)
     attachment(caller_of(request), store_id)
     s = service(request)
     for memory_id in body.memory_ids:
@@ -191,8 +228,13 @@ async def accesses(request: Request, store_id: str, body: Accesses) -> Response:
     return reply({"noted": len(body.memory_ids)})
 
 
-@router.post("/memory_stores/{store_id}/saves", summary="A file's whole content as one version")
-async def save_file(request: Request, store_id: str, body: Save) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/saves",
+    summary="A file's whole content as one version",
+    openapi_extra=_documented(Save),
+)
+async def save_file(request: Request, store_id: str) -> Response:
+    body = await _body(request, Save)
     caller = caller_of(request)
     attachment(caller, store_id, write=True)
     memory, created = await run(
@@ -207,8 +249,13 @@ async def save_file(request: Request, store_id: str, body: Save) -> Response:
     return reply({"memory": memory.to_dict(), "created": created})
 
 
-@router.post("/memory_stores/{store_id}/rename_over", summary="rename onto an existing file")
-async def rename_over(request: Request, store_id: str, body: RenameOver) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/rename_over",
+    summary="rename onto an existing file",
+    openapi_extra=_documented(RenameOver),
+)
+async def rename_over(request: Request, store_id: str) -> Response:
+    body = await _body(request, RenameOver)
     caller = caller_of(request)
     attachment(caller, store_id, write=True)
     memory = await run(
@@ -223,8 +270,13 @@ async def rename_over(request: Request, store_id: str, body: RenameOver) -> Resp
     return reply(memory)
 
 
-@router.post("/memory_stores/{store_id}/move_directory", summary="Move a directory whole")
-async def move_directory(request: Request, store_id: str, body: MoveDirectory) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/move_directory",
+    summary="Move a directory whole",
+    openapi_extra=_documented(MoveDirectory),
+)
+async def move_directory(request: Request, store_id: str) -> Response:
+    body = await _body(request, MoveDirectory)
     caller = caller_of(request)
     attachment(caller, store_id, write=True)
     moved = await run(
@@ -233,8 +285,13 @@ async def move_directory(request: Request, store_id: str, body: MoveDirectory) -
     return reply({"moved": moved})
 
 
-@router.post("/memory_stores/{store_id}/memories/{memory_id}/update", summary="Update, as a mount")
-async def update_memory(request: Request, store_id: str, memory_id: str, body: Update) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/memories/{memory_id}/update",
+    summary="Update, as a mount",
+    openapi_extra=_documented(Update),
+)
+async def update_memory(request: Request, store_id: str, memory_id: str) -> Response:
+    body = await _body(request, Update)
     caller = caller_of(request)
     attachment(caller, store_id, write=True)
     memory = await run(
@@ -250,8 +307,13 @@ async def update_memory(request: Request, store_id: str, memory_id: str, body: U
     return reply(memory)
 
 
-@router.post("/memory_stores/{store_id}/memories/{memory_id}/delete", summary="Delete, as a mount")
-async def delete_memory(request: Request, store_id: str, memory_id: str, body: Delete) -> Response:
+@router.post(
+    "/memory_stores/{store_id}/memories/{memory_id}/delete",
+    summary="Delete, as a mount",
+    openapi_extra=_documented(Delete),
+)
+async def delete_memory(request: Request, store_id: str, memory_id: str) -> Response:
+    body = await _body(request, Delete)
     caller = caller_of(request)
     attachment(caller, store_id, write=True)
     version = await run(

@@ -10,6 +10,7 @@ next request, on every host. Secrets appear only in what ``create_api_key`` and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -33,6 +34,7 @@ KEY_TEXT = "mnemofs-key-"
 TOKEN_TEXT = "mnemofs-token-"
 _SECRET = re.compile(r"^mnemofs-(key|token)-([0-9A-HJKMNP-TV-Z]{26})-([A-Za-z0-9_-]{43})$")
 _NAME_CHARS = 255
+_ATTACHED_KEPT = 4096  # sessions whose attachments a process keeps (they never change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,15 @@ def _new_secret(text: str, row_id: str, prefix: str) -> str:
 
 
 class CredentialsMixin(ServiceBase):
-    """API keys (create, list, revoke), session tokens (create), and checking either."""
+    """API keys (create, list, revoke), session tokens (create), and checking either.
+
+    A session's attachments are fixed at its creation, so a token's check reads them once per
+    process (``_attached``); whether the session has ended, and the token itself, are read on
+    every check."""
+
+    @functools.cached_property
+    def _attached(self) -> dict[str, Session]:
+        return {}
 
     def create_api_key(self, name: str) -> ApiKey:
         """A new admin key; its secret is in the returned ``key`` and nowhere else."""
@@ -142,12 +152,20 @@ class CredentialsMixin(ServiceBase):
                     return None
                 return Caller(key.id) if key.revoked_at is None else None
             token = tx.one(
-                "SELECT session_id, secret_hash FROM session_tokens WHERE id = :id",
+                "SELECT t.session_id, t.secret_hash, s.ended_at FROM session_tokens t "
+                "JOIN sessions s ON s.id = t.session_id WHERE t.id = :id",
                 {"id": TOKEN_PREFIX + ulid},
             )
             if token is None or not hmac.compare_digest(token.secret_hash, presented):
                 return None
-            session = self._session(tx, token.session_id)
-            return Caller(session.id, session) if session.ended_at is None else None
+            if token.ended_at is not None:
+                return None
+            session = self._attached.get(token.session_id)
+            if session is None:  # attachments never change: read once per session
+                session = self._session(tx, token.session_id)
+                if len(self._attached) >= _ATTACHED_KEPT:
+                    self._attached.clear()
+                self._attached[token.session_id] = session
+            return Caller(session.id, session)
 
         return self._read(run)
