@@ -86,6 +86,10 @@ class InvalidContent(InvalidRequest):
     """Content that is not valid UTF-8 text: a filesystem says EILSEQ."""
 
 
+class InvalidName(InvalidRequest):
+    """A file name that is not UTF-8 text in Normalization Form C: a filesystem says EILSEQ."""
+
+
 class SecretDetected(InvalidRequest):
     """Content that holds a credential, in a store that refuses them: a filesystem says EACCES.
     ``findings`` name each credential's kind and line, never the credential."""

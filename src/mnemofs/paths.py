@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from slugify import slugify
 
-from mnemofs.errors import InvalidRequest, NameTooLong
+from mnemofs.errors import InvalidName, InvalidRequest, NameTooLong
 from mnemofs.limits import MAX_PATH_BYTES, MAX_PATH_SEGMENTS, MAX_SEGMENT_BYTES
 
 ROOT = "/"
@@ -63,6 +63,24 @@ def _check_segments(text: str, what: str, segments: list[str]) -> None:
             )
     if len(text.encode()) > MAX_PATH_BYTES:
         raise NameTooLong(f"{what} {text[:60]!r}... is over {MAX_PATH_BYTES} bytes")
+
+
+def decode_name(raw: bytes) -> str:
+    """One file name as a filesystem gives it: UTF-8 in NFC, at most ``MAX_SEGMENT_BYTES``.
+    (A longer name is ``NameTooLong``, also for a lookup; another spelling is ``InvalidName``:
+    two names that look the same must not become two memories.)"""
+    if len(raw) > MAX_SEGMENT_BYTES:
+        raise NameTooLong(f"file name of {len(raw)} bytes is over {MAX_SEGMENT_BYTES}")
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidName(f"file name {raw!r} is not UTF-8") from None
+    if not name.isascii() and not unicodedata.is_normalized("NFC", name):
+        raise InvalidName(
+            f"file name {name!r} is not in Unicode NFC (NFC spells it "
+            f"{unicodedata.normalize('NFC', name)!r})"
+        )
+    return name
 
 
 def validate_path(path: object) -> str:

@@ -19,6 +19,7 @@ import trio
 from mnemofs import errors, limits
 from mnemofs.fs.access import Owner
 from mnemofs.fs.core import ROOT_INO, FsError, Invalidation, MemoryFs, Node
+from mnemofs.paths import decode_name
 
 log = logging.getLogger("mnemofs.fs")
 
@@ -31,6 +32,7 @@ _ERRNOS: tuple[tuple[type[Exception], int], ...] = (
     (errors.StoreFull, errno.ENOSPC),
     (errors.LimitExceeded, errno.ENOSPC),
     (errors.InvalidContent, errno.EILSEQ),
+    (errors.InvalidName, errno.EILSEQ),
     (errors.SecretDetected, errno.EACCES),
     (errors.NameTooLong, errno.ENAMETOOLONG),
     (errors.InvalidRequest, errno.EINVAL),
@@ -67,7 +69,7 @@ def fuse_error(exc: Exception, what: str) -> pyfuse3.FUSEError:
 
 
 def _name(raw: bytes) -> str:
-    return os.fsdecode(raw)
+    return decode_name(raw)
 
 
 class Adapter(pyfuse3.Operations):
@@ -179,9 +181,19 @@ class Adapter(pyfuse3.Operations):
             raise fuse_error(exc, "opendir") from None
 
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
+        """``.`` and ``..`` first (offsets 1 and 2), then the entries in inode order, each at
+        offset inode + 2: offsets stay valid while entries change. The kernel counts no lookup
+        for the dot entries."""
         try:
-            for name, node in self.fs.readdir(fh, start_id):
-                if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attrs(node), node.ino):
+            here = self.fs.node(fh)
+            if start_id < 1 and not pyfuse3.readdir_reply(token, b".", self.attrs(here), 1):
+                return
+            up = here.parent or here
+            if start_id < 2 and not pyfuse3.readdir_reply(token, b"..", self.attrs(up), 2):
+                return
+            for name, node in self.fs.readdir(fh, max(start_id - 2, 0)):
+                offset = node.ino + 2
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attrs(node), offset):
                     break
                 self.fs.looked_up(node)
         except Exception as exc:
