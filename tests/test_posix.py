@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import errno
+import grp
 import os
+import shutil
 import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +72,103 @@ def test_long_names_are_enametoolong_for_every_call(env: Env) -> None:
         assert errno_of(call, long) == errno.ENAMETOOLONG, call
     assert errno_of(os.rename, long, env.rw / "short.md") == errno.ENAMETOOLONG
     assert errno_of(os.open, long, os.O_CREAT | os.O_WRONLY, 0o600) == errno.ENAMETOOLONG
+
+
+def test_a_directory_s_times_move_with_its_entries(env: Env) -> None:
+    d = env.rw / "notes"
+    other = env.rw / "other"
+    other.mkdir()
+
+    def times(p: os.PathLike[str]) -> tuple[int, int]:
+        st = os.stat(p)
+        return st.st_mtime_ns, st.st_ctime_ns
+
+    def moves(action: object, *dirs: os.PathLike[str]) -> None:
+        before = [times(x) for x in dirs]
+        time.sleep(0.01)
+        action()  # type: ignore[operator]
+        for x, (mtime, ctime) in zip(dirs, before, strict=True):
+            assert os.stat(x).st_mtime_ns > mtime, (action, x)
+            assert os.stat(x).st_ctime_ns > ctime, (action, x)
+
+    moves(lambda: os.close(os.open(d / "new.md", os.O_CREAT | os.O_WRONLY, 0o600)), d)
+    moves(lambda: os.mkdir(d / "sub"), d)
+    moves(lambda: os.rmdir(d / "sub"), d)
+    moves(lambda: os.rename(d / "new.md", other / "moved.md"), d, other)
+    moves(lambda: os.unlink(other / "moved.md"), other)
+
+
+def test_atime_is_kept_as_set(env: Env) -> None:
+    f = env.rw / "notes" / "todo.md"
+    os.utime(f, ns=(1_000_000_000_000_000_000, 1_500_000_000_000_000_000))
+    st = os.stat(f)
+    assert (st.st_atime_ns, st.st_mtime_ns) == (
+        1_000_000_000_000_000_000,
+        1_500_000_000_000_000_000,
+    )
+
+
+def test_nlink_counts_subdirectories_and_unlinked_files(env: Env) -> None:
+    assert os.stat(env.rw).st_nlink == 3  # ., .. and notes/
+    (env.rw / "a").mkdir()
+    (env.rw / "a" / "b").mkdir()
+    assert os.stat(env.rw).st_nlink == 4
+    assert os.stat(env.rw / "a").st_nlink == 3
+    assert os.stat(env.rw / "a" / "b").st_nlink == 2
+    f = env.rw / "gone.md"
+    f.write_text("soon gone\n")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert os.fstat(fd).st_nlink == 1
+        os.unlink(f)
+        assert os.fstat(fd).st_nlink == 0
+    finally:
+        os.close(fd)
+
+
+def test_growing_a_file_is_refused_at_the_call_either_way(env: Env) -> None:
+    """Growing would pad with NUL bytes, which content cannot hold: truncate and ftruncate both
+    fail at the call with EILSEQ, and the file is as it was; shrinking works for both."""
+    f = env.rw / "notes" / "todo.md"
+    assert errno_of(os.truncate, f, 100) == errno.EILSEQ
+    fd = os.open(f, os.O_RDWR)
+    try:
+        assert errno_of(os.ftruncate, fd, 100) == errno.EILSEQ
+        os.ftruncate(fd, 6)
+    finally:
+        os.close(fd)
+    assert f.read_text() == "- buy "
+    os.truncate(f, 2)
+    assert f.read_text() == "- "
+    assert env.memory("/notes/todo.md").content == "- "
+
+
+def test_only_the_owner_changes_modes_and_times(env: Env) -> None:
+    """A group member let in by --group-access may write, but chmod and explicit times are the
+    owner's (POSIX: EPERM), and it sees the times and sizes the owner sees."""
+    from .mounted import mounted
+
+    base = Path(tempfile.mkdtemp(prefix="mnemofs-posix-"))  # a path 'nobody' can walk
+    base.chmod(0o755)
+    root = base / "shared"
+    group = grp.getgrnam("nogroup").gr_gid
+    with mounted(
+        env.db_url, env.session_id, root, "--allow-other", "--gid", str(group), "--group-access"
+    ):
+        f = root / "agent-notes" / "notes" / "todo.md"
+        st = os.stat(env.rw / "notes" / "todo.md")  # what the owner sees, through its mount
+        script = (
+            f"chmod 600 {f} 2>&1; touch -d @1000000 {f} 2>&1; "
+            f"stat -c '%s %Y' {f}; echo more >> {f} && echo appended"
+        )
+        done = subprocess.run(
+            ["runuser", "-u", "nobody", "-g", "nogroup", "--", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+        )
+        lines = done.stdout.splitlines()
+        assert "Operation not permitted" in lines[0]
+        assert "Operation not permitted" in lines[1]
+        assert lines[2] == f"{st.st_size} {int(st.st_mtime)}"
+        assert lines[3] == "appended"
+    shutil.rmtree(base, ignore_errors=True)

@@ -100,18 +100,18 @@ class Adapter(pyfuse3.Operations):
         writable = node.mount is not None and node.mount.writable
         if node.is_dir:
             entry.st_mode = stat.S_IFDIR | self.owner.dir_mode(writable)
-            entry.st_nlink = 2
+            entry.st_nlink = 2 + sum(1 for child in node.children.values() if child.is_dir)
             entry.st_size = 4096
         else:
             entry.st_mode = stat.S_IFREG | self.owner.file_mode(writable)
-            entry.st_nlink = 1
+            entry.st_nlink = 0 if node.unlinked else 1
             entry.st_size = node.current_size
         entry.st_ino = node.ino
         entry.st_uid = self.uid
         entry.st_gid = self.gid
         entry.st_blksize = 4096
         entry.st_blocks = (entry.st_size + 511) // 512
-        entry.st_atime_ns = node.mtime_ns
+        entry.st_atime_ns = node.atime_ns or node.mtime_ns
         entry.st_mtime_ns = node.mtime_ns
         entry.st_ctime_ns = node.ctime_ns
         entry.entry_timeout = TIMEOUT_S
@@ -142,12 +142,17 @@ class Adapter(pyfuse3.Operations):
 
     async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any, ctx: Any) -> Any:
         try:
-            if fields.update_size or fields.update_mtime or fields.update_mode:
+            owner_only = fields.update_mode or fields.update_atime or fields.update_mtime
+            if fields.update_size or owner_only:
+                self.fs.check_write(inode, "setattr", allowed=True)  # EROFS first
+                if owner_only and ctx.uid not in (0, self.uid):  # POSIX: only the owner
+                    raise FsError(errno.EPERM, "setattr: only the owner may change modes or times")
                 self._may_write(ctx, inode, "setattr")
             node = self.fs.setattr(
                 inode,
                 size=attr.st_size if fields.update_size else None,
                 mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+                atime_ns=attr.st_atime_ns if fields.update_atime else None,
                 mode=attr.st_mode if fields.update_mode else None,
                 uid=attr.st_uid if fields.update_uid else None,
                 gid=attr.st_gid if fields.update_gid else None,

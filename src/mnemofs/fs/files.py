@@ -98,6 +98,7 @@ class FilesMixin(TreeBase):
                 f"store {mount.name!r} holds {limits.MAX_MEMORIES_PER_STORE} memories, the limit",
             )
         node = self._new_node(name, parent, False)
+        self._entries_changed(parent)
         node.temporary = temporary
         node.born = node.temp_since = time.monotonic()
         node.file = OpenFile(bytearray(), dirty=True, opens=1)
@@ -253,6 +254,7 @@ class FilesMixin(TreeBase):
         *,
         size: int | None = None,
         mtime_ns: int | None = None,
+        atime_ns: int | None = None,
         mode: int | None = None,
         uid: int | None = None,
         gid: int | None = None,
@@ -263,7 +265,7 @@ class FilesMixin(TreeBase):
         handle = self.handles.get(fh) if fh is not None else None
         if (uid is not None and uid != owner[0]) or (gid is not None and gid != owner[1]):
             raise FsError(errno.EPERM, "files in a memory store cannot change owner")
-        if size is None and mtime_ns is None and mode is None:
+        if size is None and mtime_ns is None and atime_ns is None and mode is None:
             return node
         self._writable(node, "setattr")
         if size is not None:
@@ -275,11 +277,16 @@ class FilesMixin(TreeBase):
             if node.file is None:
                 node.file = OpenFile(bytearray(self._content_of(node)))
             buf = node.file.data
+            if size > len(buf):
+                if not opened:
+                    self._drop_clean_buffer(node)
+                raise FsError(
+                    errno.EILSEQ,
+                    f"growing {node.name!r} to {size} bytes would pad it with NUL bytes, "
+                    "which a memory cannot hold (content is text)",
+                )
             if size != len(buf):
-                if size < len(buf):
-                    del buf[size:]
-                else:
-                    buf.extend(b"\0" * (size - len(buf)))
+                del buf[size:]
                 node.file.dirty = True
                 if handle is not None:
                     handle.wrote = True  # ftruncate: saved at this descriptor's close
@@ -289,6 +296,9 @@ class FilesMixin(TreeBase):
                     self.save(node)
                 finally:
                     self._drop_clean_buffer(node)
+        if atime_ns is not None:
+            node.atime_ns = atime_ns  # kept while mounted (not stored: see docs/decisions.md)
+            node.ctime_ns = _now_ns()
         if mtime_ns is not None:
             node.mtime_ns = mtime_ns
             node.ctime_ns = _now_ns()

@@ -31,6 +31,7 @@ class NamesMixin(FilesMixin):
         self.service.make_directory(mount.store_id, path)
         node = self._new_node(name, parent, True)
         node.lookups += 1
+        self._entries_changed(parent)
         return node
 
     def rmdir(self, parent_ino: int, name: str) -> None:
@@ -44,6 +45,7 @@ class NamesMixin(FilesMixin):
         with suppress(NotFound):  # only this mount still showed it
             self.service.remove_directory(mount.store_id, self.path(node))
         self._detach(node)
+        self._entries_changed(parent)
 
     def unlink(self, parent_ino: int, name: str) -> None:
         parent = self.node(parent_ino)
@@ -58,6 +60,7 @@ class NamesMixin(FilesMixin):
                 )
                 mount.count -= 1
         self._detach(node)
+        self._entries_changed(parent)
 
     def rename(
         self,
@@ -90,6 +93,7 @@ class NamesMixin(FilesMixin):
             self._rename_over(mount, node, target)
         else:
             self._rename_file(mount, node, dst_dir, new_name, new_path)
+        self._entries_changed(src_dir, dst_dir)
 
     def _move(self, node: Node, dst_dir: Node, new_name: str) -> None:
         assert node.parent is not None

@@ -71,6 +71,7 @@ class Node:
     mtime_ns: int
     ctime_ns: int
     children: dict[str, Node] = field(default_factory=dict)
+    atime_ns: int = 0  # set only by utimensat; 0: the same as mtime (reads do not move it)
     memory_id: str | None = None
     version_id: str | None = None
     sha256: str | None = None

@@ -63,6 +63,14 @@ class TreeBase:
         parent.children[name] = node
         return node
 
+    @staticmethod
+    def _entries_changed(*dirs: Node) -> None:
+        """An entry was made, removed or renamed in each of ``dirs``: their mtime and ctime
+        move, as POSIX says (``make``, backups and caches look at a directory's mtime)."""
+        now = _now_ns()
+        for directory in dirs:
+            directory.mtime_ns = directory.ctime_ns = now
+
     def _load(self, mount: StoreMount) -> None:
         """Build (or rebuild) a store's subtree from a snapshot of the store."""
         snap = self.service.snapshot(mount.store_id)
