@@ -44,12 +44,14 @@ def outcome(fn: object, *args: object) -> object:
         return ("errno", exc.errno)
 
 
-def snapshot(root: Path) -> dict[str, str | None]:
-    tree: dict[str, str | None] = {}
+def snapshot(root: Path) -> dict[str, str | int]:
+    """Every directory with its link count (2 + subdirectories) and every file's text."""
+    tree: dict[str, str | int] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
         for d in dirnames:
-            tree[os.path.normpath(os.path.join(rel, d)) + "/"] = None
+            where = os.path.normpath(os.path.join(rel, d))
+            tree[where + "/"] = os.stat(Path(dirpath, d)).st_nlink
         for f in filenames:
             tree[os.path.normpath(os.path.join(rel, f))] = Path(dirpath, f).read_text()
     return tree

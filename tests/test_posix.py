@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import errno
 import grp
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -172,3 +174,26 @@ def test_only_the_owner_changes_modes_and_times(env: Env) -> None:
         assert lines[2] == f"{st.st_size} {int(st.st_mtime)}"
         assert lines[3] == "appended"
     shutil.rmtree(base, ignore_errors=True)
+
+
+def test_nfd_names_are_refused_by_the_cli_and_sync_too(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'n.db'}"
+    cli = [sys.executable, "-m", "mnemofs", "--db", db]
+    subprocess.run([*cli, "stores", "create", "Notes"], check=True, capture_output=True)
+    nfd = "/cafe\u0301.md"
+    done = subprocess.run(
+        [*cli, "memories", "create", "Notes", nfd, "--content", "x"], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "Normalization Form C" in done.stderr
+    root = tmp_path / "synced"
+    sync = [*cli, "sync", "--attach", "Notes", "--root", str(root), "--once"]
+    subprocess.run(sync, check=True, capture_output=True)
+    (root / "notes" / "cafe\u0301.md").write_text("spelled in NFD\n")
+    (root / "notes" / "caf\u00e9.md").write_text("spelled in NFC\n")
+    out = subprocess.run(sync, capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        [*cli, "--json", "memories", "list", "Notes"], capture_output=True, text=True, check=True
+    )
+    assert [m["path"] for m in json.loads(listed.stdout)["data"]] == ["/caf\u00e9.md"]
+    assert "Normalization Form C" in (root / ".mnemofs-sync-errors").read_text(), out
