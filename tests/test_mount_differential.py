@@ -15,8 +15,10 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -114,14 +116,41 @@ def test_mount_behaves_like_a_directory(
             self.mount.mkdir()
 
         def both(self, fn: object, rel: str, *args: object) -> None:
+            before = self.parent_times(rel)
             a = outcome(fn, self.plain / rel, *args)
             b = outcome(fn, self.mount / rel, *args)
             assert a == b, (fn, rel, args, a, b)
+            self.same_moves(before, self.parent_times(rel), (fn, rel))
 
         def both2(self, fn: object, rel: str, rel2: str) -> None:
+            before = self.parent_times(rel) + self.parent_times(rel2)
             a = outcome(fn, self.plain / rel, self.plain / rel2)
             b = outcome(fn, self.mount / rel, self.mount / rel2)
             assert a == b, (fn, rel, rel2, a, b)
+            self.same_moves(before, self.parent_times(rel) + self.parent_times(rel2), (fn, rel))
+
+        def parent_times(self, rel: str) -> list[tuple[int, int] | None]:
+            """mtime and ctime of the directory holding ``rel``, on each side (None: absent).
+            A pause first: the plain side's clock ticks only every few milliseconds."""
+            time.sleep(0.005)
+            out: list[tuple[int, int] | None] = []
+            for side in (self.plain, self.mount):
+                try:
+                    st = os.stat((side / rel).parent)
+                    out.append((st.st_mtime_ns, st.st_ctime_ns))
+                except OSError:
+                    out.append(None)
+            return out
+
+        @staticmethod
+        def same_moves(before: list[Any], after: list[Any], what: object) -> None:
+            """A directory's times moved on the plain side exactly when they did in the mount."""
+            for i in range(0, len(before), 2):
+                if None in (before[i], before[i + 1], after[i], after[i + 1]):
+                    continue
+                plain_moved = before[i] != after[i]
+                mount_moved = before[i + 1] != after[i + 1]
+                assert plain_moved == mount_moved, (what, before, after)
 
         @rule(rel=rel_paths, text=texts)
         def write_file(self, rel: str, text: str) -> None:
