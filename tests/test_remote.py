@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -204,3 +205,28 @@ def test_usage_errors(tmp_path: Path) -> None:
         done = subprocess.run(base + args, capture_output=True, text=True, env=env)
         assert done.returncode != 0
         assert words in done.stderr, done.stderr
+
+
+def test_reads_noted_for_one_store_never_touch_another(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A token may name any memory id in the reads it reports; only its own store's count."""
+    w = World(engine)
+    theirs = w.service.find_memory(w.theirs, "/secret.md")
+
+    def accessed(memory_id: str) -> object:
+        return w.service._read(
+            lambda tx: tx.scalar(
+                "SELECT accessed_at FROM memories WHERE id = :id", {"id": memory_id}
+            )
+        )
+
+    before = accessed(theirs.id)
+    with serving(db_url, tmp_path / "server.log") as server:
+        backend = RemoteBackend(server.url, token_for(db_url, w.session.id))
+        time.sleep(0.01)
+        backend.note_access(w.notes, theirs.id)  # its own store's id, another store's memory
+        backend.flush_accesses()
+        backend.save_file(w.notes, "/flush.md", "a write flushes the noted reads\n")
+        backend.close()
+    assert accessed(theirs.id) == before

@@ -73,7 +73,8 @@ class ServiceBase:
         self.engine = engine
         self.actor = actor
         self.db = Database(engine)
-        self._accessed: dict[str, float] = {}  # memory id -> time.time() of its last read
+        # (store id, memory id) -> time.time() of its last read
+        self._accessed: dict[tuple[str, str], float] = {}
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
 
@@ -178,7 +179,7 @@ class ServiceBase:
         accessed = self._accessed  # no lock: a read racing a flush may go uncounted (advisory)
         if not accessed:
             self._accessed_since = time.monotonic()
-        accessed[memory_id] = time.time()
+        accessed[(store_id, memory_id)] = time.time()
 
     def flush_accesses(self) -> None:
         """Write noted accesses now (a mount calls this every second from a worker thread)."""
@@ -188,12 +189,14 @@ class ServiceBase:
     def _flush_accesses(self, tx: Tx) -> None:
         with self._access_lock:
             pending, self._accessed = self._accessed, {}
-        for memory_id, at in pending.items():
+        for (store_id, memory_id), at in pending.items():
             stamp = _timestamp(datetime.fromtimestamp(at, UTC))
+            # The store too: a read noted for one store never touches another's memories
+            # (a session token may name any id in its reads, see http/mounts.py).
             tx.run(
-                "UPDATE memories SET accessed_at = :at WHERE id = :id "
+                "UPDATE memories SET accessed_at = :at WHERE id = :id AND store_id = :store "
                 "AND (accessed_at IS NULL OR accessed_at < :at)",
-                {"at": stamp, "id": memory_id},
+                {"at": stamp, "id": memory_id, "store": store_id},
             )
 
     @staticmethod
