@@ -128,18 +128,23 @@ class RemoteBackend:
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode()
             headers["content-type"] = "application/json"
-        conn = self._connection()
-        try:
-            conn.request(method, target, body=data, headers=headers)
-            response = conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop_connection()
-            why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
-            self._down = why
-            raise errors.Unavailable(
-                f"the server is unreachable ({why}); nothing is known to have changed"
-            ) from None
+        for attempt in (1, 2):
+            reused = getattr(self._local, "conn", None) is not None
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                response = conn.getresponse()
+                payload = response.read()
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop_connection()
+                if attempt == 1 and reused and method == "GET":
+                    continue  # a kept-alive connection the server had closed: a read is safe again
+                why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
+                self._down = why
+                raise errors.Unavailable(
+                    f"the server is unreachable ({why}); nothing is known to have changed"
+                ) from None
         self._local.used = time.monotonic()
         if response.getheader("connection", "").lower() == "close":
             self._drop_connection()
