@@ -100,7 +100,7 @@ class Adapter(pyfuse3.Operations):
         writable = node.mount is not None and node.mount.writable
         if node.is_dir:
             entry.st_mode = stat.S_IFDIR | self.owner.dir_mode(writable)
-            entry.st_nlink = 2 + sum(1 for child in node.children.values() if child.is_dir)
+            entry.st_nlink = 2 + node.subdirs
             entry.st_size = 4096
         else:
             entry.st_mode = stat.S_IFREG | self.owner.file_mode(writable)

@@ -15,6 +15,8 @@ from mnemofs.fs.nodes import (
     Node,
     StoreMount,
     _now_ns,
+    drop_child,
+    set_child,
 )
 from mnemofs.paths import TEMP_NAME
 
@@ -97,10 +99,10 @@ class NamesMixin(FilesMixin):
 
     def _move(self, node: Node, dst_dir: Node, new_name: str) -> None:
         assert node.parent is not None
-        del node.parent.children[node.name]
+        drop_child(node.parent, node.name)
         node.parent = dst_dir
         node.name = new_name
-        dst_dir.children[new_name] = node
+        set_child(dst_dir, new_name, node)
         node.ctime_ns = _now_ns()
 
     def _rename_file(

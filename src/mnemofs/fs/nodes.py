@@ -71,6 +71,7 @@ class Node:
     mtime_ns: int
     ctime_ns: int
     children: dict[str, Node] = field(default_factory=dict)
+    subdirs: int = 0  # how many of ``children`` are directories (st_nlink = 2 + subdirs)
     atime_ns: int = 0  # set only by utimensat; 0: the same as mtime (reads do not move it)
     memory_id: str | None = None
     version_id: str | None = None
@@ -119,3 +120,15 @@ def _now_ns() -> int:
 
 def _ns(timestamp: str) -> int:
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1e9)
+
+
+def set_child(parent: Node, name: str, node: Node) -> None:
+    """Put ``node`` at ``name`` in ``parent``, keeping ``parent.subdirs`` right (getattr reads
+    it on every stat of a directory: counting children there would cost a walk each time)."""
+    old = parent.children.get(name)
+    parent.subdirs += node.is_dir - (old is not None and old.is_dir)
+    parent.children[name] = node
+
+
+def drop_child(parent: Node, name: str) -> None:
+    parent.subdirs -= parent.children.pop(name).is_dir

@@ -17,6 +17,8 @@ from mnemofs.fs.nodes import (
     StoreMount,
     _now_ns,
     _ns,
+    drop_child,
+    set_child,
 )
 from mnemofs.models import Memory, Session
 from mnemofs.paths import validate_path
@@ -60,7 +62,7 @@ class TreeBase:
         node = Node(self._next_ino, name, parent, is_dir, parent.mount, now, now)
         self._next_ino += 1
         self.nodes[node.ino] = node
-        parent.children[name] = node
+        set_child(parent, name, node)
         return node
 
     @staticmethod
@@ -82,7 +84,7 @@ class TreeBase:
         root = Node(self._next_ino, mount.slug, self.root, True, mount, now, now)
         self._next_ino += 1
         self.nodes[root.ino] = root
-        self.root.children[mount.slug] = root
+        set_child(self.root, mount.slug, root)
         mount.root = root
         for prefix in snap.directories:
             self._ensure_dir(mount, prefix.strip("/"))
@@ -148,7 +150,7 @@ class TreeBase:
 
     def _detach(self, node: Node) -> None:
         if node.parent is not None and node.parent.children.get(node.name) is node:
-            del node.parent.children[node.name]
+            drop_child(node.parent, node.name)
         if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
             del self.by_memory[node.memory_id]
         node.unlinked = True
