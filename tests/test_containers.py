@@ -98,6 +98,14 @@ def seed(service: MemoryService) -> tuple[str, str]:
     return notes, docs
 
 
+def wait_until_mounted(name: str, timeout: float = 60) -> None:
+    """Until the daemon in container ``name`` says it mounted (its log says why it did not)."""
+    deadline = time.monotonic() + timeout
+    while "mnemofs: mounted" not in podman("logs", name, check=False).stdout:
+        assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
+        time.sleep(0.2)
+
+
 def check_agent(result: Result) -> None:
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     assert result.stdout.split() == [
@@ -226,10 +234,7 @@ def test_mode2_daemon_in_the_container(image: str, backend: str) -> None:
             "1000",
             "--foreground",
         )
-        deadline = time.monotonic() + 60
-        while "mnemofs: mounted" not in podman("logs", name, check=False).stdout:
-            assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
-            time.sleep(0.2)
+        wait_until_mounted(name)
         check_agent(podman("exec", "--user", "agent", name, "sh", "-c", AGENT_SCRIPT, check=False))
         podman("stop", "-t", "30", name)  # SIGTERM: save, unmount, exit
         assert "unmounted /mnt/memory" in podman("logs", name).stderr
@@ -371,10 +376,7 @@ def test_mode2_over_the_server_with_only_a_token(image: str, backend: str, tmp_p
                 "1000",
                 "--foreground",
             )
-            deadline = time.monotonic() + 60
-            while "mnemofs: mounted" not in podman("logs", name, check=False).stdout:
-                assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
-                time.sleep(0.2)
+            wait_until_mounted(name)
             check_agent(
                 podman("exec", "--user", "agent", name, "sh", "-c", AGENT_SCRIPT, check=False)
             )

@@ -17,8 +17,6 @@ from .http_api import Api, api, seed_blocks
 
 __all__ = ["api"]  # the fixture, used by name
 
-BETA = anthropic.BetaError if hasattr(anthropic, "BetaError") else anthropic.APIStatusError
-
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()

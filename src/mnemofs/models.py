@@ -92,6 +92,14 @@ class Actor:
             return cls("user_actor", value[len(USER_ACTOR_PREFIX) :])
         return cls("service_account_actor", value)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Actor | None:
+        """The wire's actor object (``to_dict``'s shape) back, or None."""
+        if not data:
+            return None
+        kind = data["type"]
+        return cls(kind, data[_ACTOR_ID_FIELD[kind]])
+
     @property
     def stored(self) -> str:
         return USER_ACTOR_PREFIX + self.id if self.type == "user_actor" else self.id

@@ -496,19 +496,6 @@ class ChangeStream:
 # -- wire objects into models ----------------------------------------------------------------
 
 
-def _actor(data: Any) -> Actor | None:
-    if not data:
-        return None
-    kind = data["type"]
-    field = {
-        "session_actor": "session_id",
-        "api_actor": "api_key_id",
-        "user_actor": "user_id",
-        "service_account_actor": "service_account_id",
-    }[kind]
-    return Actor(kind, data[field])
-
-
 def _memory(data: dict[str, Any]) -> Memory:
     return Memory(
         id=MemoryId(data["id"]),
@@ -533,9 +520,9 @@ def _version(data: dict[str, Any]) -> MemoryVersion:
         content_sha256=data.get("content_sha256"),
         content_size_bytes=data.get("content_size_bytes"),
         created_at=data["created_at"],
-        created_by=_actor(data.get("created_by")),
+        created_by=Actor.from_dict(data.get("created_by")),
         redacted_at=data.get("redacted_at"),
-        redacted_by=_actor(data.get("redacted_by")),
+        redacted_by=Actor.from_dict(data.get("redacted_by")),
         content=data.get("content"),
     )
 

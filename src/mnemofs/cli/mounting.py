@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -55,7 +56,7 @@ def remote_backend(
         return None
     if token_file:
         try:
-            token = open(token_file).read().strip()  # noqa: SIM115
+            token = Path(token_file).read_text().strip()
         except OSError as exc:
             raise click.UsageError(f"cannot read --token-file {token_file!r}: {exc}") from None
     token = token or os.environ.get(ENV_TOKEN, "").strip()
