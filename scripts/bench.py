@@ -1,19 +1,30 @@
-"""Small-file workload on a mnemofs mount, side by side with a plain directory and bindfs.
+"""Small-file workload on mnemofs mounts, side by side with bindfs and rclone mounts.
 
-    scripts/bench [--files 1000] [--repeat 3] [--no-remote]
+    scripts/bench [--files 2000] [--repeat 3] [--store-size 10000] [--pg [URL]] [--remote]
 
-The same sequential client runs on a plain directory (the baseline), a bindfs mount of one
-(a C FUSE passthrough: what a FUSE request costs without a database), a mnemofs mount on a
-fresh SQLite database, and a remote mnemofs mount (holding a session token, through
-`mnemofs serve` on loopback, on its own fresh SQLite database), all in this run. Phases:
-create+write+close of 4 KiB files in 20 directories, stat all, list all, read all, overwrite
-2 KiB, append a line, sed -i, rename, delete. Prints ops/s (median of --repeat) and the ratios
-mnemofs/plain, mnemofs/bindfs and remote/mnemofs; then how long a file saved through one remote
-mount takes to show in another (two sessions, one store, through the server).
+One sequential client runs the same phases, round after round (interleaved, so the machine's
+noise hits every target alike), on:
 
-Read the bindfs ratio first: on these VMs the plain-directory (ext4) figures drift from run to
-run by several times (create measured 21,500/s, then 1,000/s, with or without a mount), while
-bindfs, bound by FUSE round trips like mnemofs, moves far less.
+- bindfs: a C FUSE passthrough (what a FUSE request costs with no database behind it);
+- rclone: ``rclone mount --vfs-cache-mode writes`` of a local folder (what many agent sandboxes
+  mount today);
+- mnemofs: a mount of a store in a fresh SQLite database;
+- with ``--store-size N``: mnemofs-full, a mount (of its own database) that already holds N
+  memories: in the benchmarked store as many as leave room for the workload's files under the
+  per-store limit (it ends each round full), the rest in a second attached store; and how long
+  that mount took to be ready;
+- with ``--pg``: mnemofs-pg, the same mount on PostgreSQL (``--pg URL``, else
+  $MNEMOFS_TEST_PG_URL; scripts/bench starts a throwaway cluster when neither is given);
+- with ``--remote``: a mount holding only a session token, through ``mnemofs serve`` on loopback,
+  and how long a save through one remote mount takes to show in another.
+
+Everything (sources, caches, databases) lives in a folder on tmpfs (``--dir``, default
+/dev/shm). Phases: mkdir, create+write+close of 4 KiB files in 20 directories, stat, list,
+read, overwrite 2 KiB, append a line, ``sed -i``, temp file + ``os.replace``, ``sh -c 'echo >>
+f'``, rename, delete, rmdir. Prints ops/s (median of --repeat rounds), the ratios mnemofs/bindfs
+and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs when measured), then per
+mnemofs mount the largest SQLite ``-wal`` seen during the rounds, resident memory after them,
+and CPU used while idle.
 """
 
 from __future__ import annotations
@@ -26,21 +37,35 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DIRS = 20
 BLOCK = b"x" * 4096
 HALF = b"y" * 2048
 LINE = b"appended line\n"
-SETTLE_S = 3.0
+SETTLE_S = 2.0
+IDLE_S = 10.0
+
+
+@dataclass
+class Target:
+    name: str
+    path: Path
+    pid: int | None = None  # a mnemofs daemon: its memory and idle CPU are reported
+    db: Path | None = None  # its SQLite file: the -wal beside it is watched
+    runs: list[dict[str, float]] = field(default_factory=list)
+    wal_max: int = 0
 
 
 def workload(root: Path, files: int) -> dict[str, float]:
-    paths = [root / f"d{i % DIRS:02d}" / f"f{i:05d}.md" for i in range(files)]
-    for d in range(DIRS):
-        (root / f"d{d:02d}").mkdir()
+    dirs = [root / f"d{i:02d}" for i in range(DIRS)]
+    extra = [dirs[i % DIRS] / f"sub{i:04d}" for i in range(max(DIRS, files // 10))]
+    paths = [dirs[i % DIRS] / f"f{i:05d}.md" for i in range(files)]
+    fifth = paths[: max(1, files // 5)]
     result: dict[str, float] = {}
 
     def phase(name: str, fn: Callable[[Path], object], items: list[Path] = paths) -> None:
@@ -70,100 +95,220 @@ def workload(root: Path, files: int) -> dict[str, float]:
         os.close(fd)
 
     def sed(p: Path) -> None:
-        subprocess.run(["sed", "-i", "s/appended/edited/", str(p)], check=True)
+        # stderr: sed reports rclone's EIO for its ACL xattr (the edit itself succeeds)
+        subprocess.run(
+            ["sed", "-i", "s/appended/edited/", p], check=True, stderr=subprocess.DEVNULL
+        )
 
+    def replace(p: Path) -> None:
+        tmp = p.with_name(f".{p.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(BLOCK)
+        os.replace(tmp, p)
+
+    def shell_append(p: Path) -> None:
+        subprocess.run(["sh", "-c", 'echo "a shell line" >> "$0"', str(p)], check=True)
+
+    phase("mkdir", Path.mkdir, dirs + extra)
     phase("create+write+close", create)
     phase("stat", os.stat)
     start = time.perf_counter()
-    listed = sum(len(os.listdir(root / f"d{d:02d}")) for d in range(DIRS))
+    listed = sum(len(os.listdir(d)) for d in dirs)
     result["list (entries)"] = listed / (time.perf_counter() - start)
     phase("read", read)
     phase("overwrite 2 KiB", overwrite)
     phase("append a line", append)
-    phase("sed -i", sed, paths[: max(1, len(paths) // 5)])
+    phase("sed -i", sed, fifth)
+    phase("temp + os.replace", replace, fifth)
+    phase("sh -c 'echo >> f'", shell_append, fifth)
     phase("rename", lambda p: os.rename(p, p.with_suffix(".txt")))
     phase("delete", lambda p: os.unlink(p.with_suffix(".txt")))
-    for d in range(DIRS):
-        (root / f"d{d:02d}").rmdir()
+    phase("rmdir", Path.rmdir, extra + dirs)
     return result
 
 
-def wait_mounted(path: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def wait_mounted(path: Path, timeout: float = 60.0) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
         if os.path.ismount(path):
-            return
-        time.sleep(0.05)
+            return time.monotonic() - start
+        time.sleep(0.01)
     raise SystemExit(f"{path} did not get mounted")
 
 
-def start_remote(
-    work: Path, procs: list[subprocess.Popen[bytes]], mounts: list[Path]
-) -> tuple[Path, Path]:
-    """A server on its own database and two remote mounts of one store (two sessions, each
-    with its token): the first for the workload, the second to watch what the first saves."""
-    import json
-    import socket
-    import urllib.request
+class Bench:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.mounts: list[Path] = []
 
-    db = work / "remote.sqlite"
-    cli = [sys.executable, "-m", "mnemofs", "--db", str(db)]
-    run = subprocess.run  # noqa: S603
-    run([*cli, "stores", "create", "Bench"], check=True, stdout=subprocess.DEVNULL)
-    tokens = []
-    for _ in range(2):
-        made = run(
-            [*cli, "--json", "sessions", "create", "--attach", "Bench"],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        session = json.loads(made.stdout)["id"]
-        token = run(
-            [*cli, "sessions", "token", session], check=True, capture_output=True, text=True
-        ).stdout.strip()
-        tokens.append(token)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [*cli, "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    procs.append(server)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-    roots = []
-    for i, token in enumerate(tokens):
-        root = work / f"remote-{i}"
-        env = {**os.environ, "MNEMOFS_TOKEN": token}
-        proc = subprocess.Popen(
+    def start(self, argv: list[str], mountpoint: Path, **kw: object) -> subprocess.Popen[bytes]:
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+        self.procs.insert(0, proc)  # stopped in the reverse order of starting
+        self.mounts.append(mountpoint)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for path in self.mounts:
+            subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True)
+
+    # -- peers ----------------------------------------------------------------------------------
+
+    def bindfs(self) -> Target:
+        src, bound = self.work / "bindfs-src", self.work / "bindfs"
+        src.mkdir()
+        bound.mkdir()
+        subprocess.run(["bindfs", src, bound], check=True)
+        self.mounts.append(bound)
+        return Target("bindfs", bound)
+
+    def rclone(self) -> Target:
+        src, mnt = self.work / "rclone-src", self.work / "rclone"
+        src.mkdir()
+        self.start(
             [
-                sys.executable,
-                "-m",
-                "mnemofs",
+                "rclone",
                 "mount",
-                "--server",
-                url,
-                "--root",
-                str(root),
-                "--foreground",
+                str(src),
+                str(mnt),
+                "--vfs-cache-mode",
+                "writes",
+                "--cache-dir",
+                str(self.work / "rclone-cache"),
             ],
-            stdout=subprocess.DEVNULL,
-            env=env,
+            mnt,
+            env={**os.environ, "RCLONE_CONFIG": str(self.work / "rclone.conf")},
+            stderr=subprocess.DEVNULL,
         )
-        procs.insert(0, proc)  # stopped before the server
-        mounts.append(root)
-        wait_mounted(root)
-        roots.append(root / "bench")
-    return roots[0], roots[1]
+        wait_mounted(mnt)
+        return Target("rclone", mnt)
+
+    def mnemofs(self, name: str, db: str, prefill: int = 0, room: int = 0) -> tuple[Target, float]:
+        """A mount of store "Bench" in database ``db`` (a path or a URL), with ``prefill``
+        memories already stored (see ``fill``); also how long the mount took to be ready."""
+        cli = [sys.executable, "-m", "mnemofs", "--db", db]
+        subprocess.run([*cli, "stores", "create", "Bench"], check=True, stdout=subprocess.DEVNULL)
+        attach = fill(db, prefill, room) if prefill else ["Bench"]
+        root = self.work / name
+        argv = [*cli, "mount", "--root", str(root), "--foreground"]
+        for store in attach:
+            argv += ["--attach", store]
+        proc = self.start(argv, root)
+        ready = wait_mounted(root)
+        os.listdir(root / "bench")
+        path = Path(db) if "://" not in db else None
+        return Target(name, root / "bench", pid=proc.pid, db=path), ready
+
+    def remote(self) -> tuple[Target, Path]:
+        """A server on its own database and two remote mounts of one store (two sessions, each
+        with its token): the first for the workload, the second to watch what it saves."""
+        import json
+        import socket
+        import urllib.request
+
+        db = self.work / "remote.sqlite"
+        cli = [sys.executable, "-m", "mnemofs", "--db", str(db)]
+        run = subprocess.run
+        run([*cli, "stores", "create", "Bench"], check=True, stdout=subprocess.DEVNULL)
+        tokens = []
+        for _ in range(2):
+            made = run(
+                [*cli, "--json", "sessions", "create", "--attach", "Bench"],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            session = json.loads(made.stdout)["id"]
+            tokens.append(
+                run(
+                    [*cli, "sessions", "token", session],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+            )
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = subprocess.Popen(
+            [*cli, "serve", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(server)  # stopped after the mounts
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        roots = []
+        for i, token in enumerate(tokens):
+            root = self.work / f"remote-{i}"
+            argv = [sys.executable, "-m", "mnemofs", "mount", "--server", url]
+            self.start(
+                [*argv, "--root", str(root), "--foreground"],
+                root,
+                env={**os.environ, "MNEMOFS_TOKEN": token},
+            )
+            wait_mounted(root)
+            roots.append(root / "bench")
+        return Target("remote", roots[0], db=db), roots[1]
+
+
+def fill(db: str, count: int, room: int) -> list[str]:
+    """``count`` memories of ~1 KiB, through the Python API, in 100 folders: as many in store
+    "Bench" as leave ``room`` for the workload under the per-store limit, the rest in store
+    "Full". Returns the names of the stores to attach."""
+    from mnemofs import limits
+    from mnemofs.api import open as open_workspace
+
+    ws = open_workspace(db)
+    bench = next(s for s in ws.memory_stores.list() if s.name == "Bench")
+    here = min(count, limits.MAX_MEMORIES_PER_STORE - room)
+    stores = [bench.id] * here
+    if count > here:
+        stores += [ws.memory_stores.create(name="Full").id] * (count - here)
+    body = "a remembered fact, with some words to index\n" * 24
+    for i, store_id in enumerate(stores):
+        ws.memory_stores.memories.create(
+            store_id, path=f"/old/k{i % 100:02d}/note-{i:05d}.md", content=f"{i}\n{body}"
+        )
+    return ["Bench", "Full"] if count > here else ["Bench"]
+
+
+def watch_wal(targets: list[Target], stop: threading.Event) -> None:
+    while not stop.wait(0.1):
+        for t in targets:
+            if t.db is not None:
+                try:
+                    size = os.stat(f"{t.db}-wal").st_size
+                except FileNotFoundError:
+                    continue
+                t.wal_max = max(t.wal_max, size)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def visibility(writer: Path, reader: Path, samples: int = 50) -> None:
@@ -187,78 +332,92 @@ def visibility(writer: Path, reader: Path, samples: int = 50) -> None:
     )
 
 
+def report(targets: list[Target], repeat: int, files: int) -> None:
+    med = {t.name: {k: statistics.median(r[k] for r in t.runs) for k in t.runs[0]} for t in targets}
+    ratios = [("mnemofs", "bindfs"), ("mnemofs", "rclone")]
+    ratios += [(n, "mnemofs") for n in ("mnemofs-full", "mnemofs-pg", "remote") if n in med]
+    ratios = [(a, b) for a, b in ratios if a in med and b in med]
+    print(f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds")
+    cols = [t.name for t in targets]
+    print(
+        f"{'phase':<20}"
+        + "".join(f"{n:>13}" for n in cols)
+        + "".join(f"{a.removeprefix('mnemofs-') + '/' + b:>16}" for a, b in ratios)
+    )
+    for phase in med[cols[0]]:
+        row = f"{phase:<20}" + "".join(f"{med[n][phase]:>13,.0f}" for n in cols)
+        row += "".join(f"{med[a][phase] / med[b][phase]:>16.2f}" for a, b in ratios)
+        print(row)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--no-remote", action="store_true", help="skip the remote mount")
+    parser.add_argument("--store-size", type=int, default=0, metavar="N")
+    parser.add_argument("--pg", nargs="?", const="", default=None, metavar="URL")
+    parser.add_argument("--remote", action="store_true")
+    parser.add_argument("--only", default="", help="comma-separated targets (default: all)")
+    parser.add_argument("--dir", default="/dev/shm", help="where the work folder is made")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="mnemofs-bench-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    mounts: list[Path] = []
+    only = set(filter(None, args.only.split(",")))
+    work = Path(tempfile.mkdtemp(prefix="mnemofs-bench-", dir=args.dir))
+    bench = Bench(work)
+    stop = threading.Event()
+    notes: list[str] = []
     try:
-        plain = work / "plain"
-        plain.mkdir()
-        targets: dict[str, Path] = {"plain": plain}
-        if shutil.which("bindfs"):
-            src, bound = work / "bindfs-src", work / "bindfs"
-            src.mkdir()
-            bound.mkdir()
-            subprocess.run(["bindfs", src, bound], check=True)
-            mounts.append(bound)
-            targets["bindfs"] = bound
-        db = work / "db.sqlite"
-        mnemofs = [sys.executable, "-m", "mnemofs", "--db", str(db)]
-        subprocess.run(
-            [*mnemofs, "stores", "create", "Bench"], check=True, stdout=subprocess.DEVNULL
-        )
-        root = work / "mnemofs"
-        proc = subprocess.Popen(
-            [*mnemofs, "mount", "--attach", "Bench", "--root", str(root), "--foreground"],
-            stdout=subprocess.DEVNULL,
-        )
-        procs.append(proc)
-        mounts.append(root)
-        wait_mounted(root)
-        targets["mnemofs"] = root / "bench"
-        if not args.no_remote:
-            remote, other = start_remote(work, procs, mounts)
-            targets["remote"] = remote
-
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
-        for _ in range(args.repeat):
-            for name, path in targets.items():  # interleaved, so noise hits all alike
-                runs[name].append(workload(path, args.files))
-                time.sleep(SETTLE_S)  # let background work (WAL checkpoints) finish first
-        med = {
-            name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-            for name, rs in runs.items()
-        }
-        names = list(targets)
-        print(f"{args.files} files of 4 KiB in {DIRS} directories; ops/s, median of {args.repeat}")
-        header = f"{'phase':<20}" + "".join(f"{n:>11}" for n in names)
-        header += f"{'mnemofs/plain':>15}" + (f"{'mnemofs/bindfs':>16}" if "bindfs" in med else "")
-        header += f"{'remote/mnemofs':>16}" if "remote" in med else ""
-        print(header)
-        for phase_name in med["plain"]:
-            row = f"{phase_name:<20}" + "".join(f"{med[n][phase_name]:>11.0f}" for n in names)
-            row += f"{med['mnemofs'][phase_name] / med['plain'][phase_name]:>15.3f}"
-            if "bindfs" in med:
-                row += f"{med['mnemofs'][phase_name] / med['bindfs'][phase_name]:>16.2f}"
-            if "remote" in med:
-                row += f"{med['remote'][phase_name] / med['mnemofs'][phase_name]:>16.2f}"
-            print(row)
-        if not args.no_remote:
-            visibility(targets["remote"], other)
+        targets: list[Target] = []
+        want = lambda name: not only or name in only  # noqa: E731
+        if want("bindfs") and shutil.which("bindfs"):
+            targets.append(bench.bindfs())
+        if want("rclone") and shutil.which("rclone"):
+            targets.append(bench.rclone())
+        if want("mnemofs"):
+            targets.append(bench.mnemofs("mnemofs", str(work / "db.sqlite"))[0])
+        if args.store_size and want("mnemofs-full"):
+            start = time.monotonic()
+            full, ready = bench.mnemofs(
+                "mnemofs-full", str(work / "full.sqlite"), args.store_size, args.files
+            )
+            notes.append(
+                f"mnemofs-full: {args.store_size:,} memories filled and mounted in "
+                f"{time.monotonic() - start:.1f} s; the mount was ready {ready:.2f} s after start"
+            )
+            targets.append(full)
+        if args.pg is not None and want("mnemofs-pg"):
+            url = args.pg or os.environ.get("MNEMOFS_TEST_PG_URL", "")
+            if not url:
+                raise SystemExit("--pg needs a URL or $MNEMOFS_TEST_PG_URL")
+            targets.append(bench.mnemofs("mnemofs-pg", url)[0])
+        other = None
+        if args.remote and want("remote"):
+            remote, other = bench.remote()
+            targets.append(remote)
+        watcher = threading.Thread(target=watch_wal, args=(targets, stop), daemon=True)
+        watcher.start()
+        for round_no in range(args.repeat):
+            for t in targets:
+                t.runs.append(workload(t.path, args.files))
+                time.sleep(SETTLE_S)  # let background work (checkpoints, indexing) finish
+            print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
+        stop.set()
+        report(targets, args.repeat, args.files)
+        if other is not None:
+            visibility(targets[-1].path, other)
+        for note in notes:
+            print(note)
+        daemons = [t for t in targets if t.pid is not None]
+        before = {t.name: cpu_s(t.pid) for t in daemons if t.pid}
+        time.sleep(IDLE_S)
+        for t in daemons:
+            assert t.pid is not None
+            idle = (cpu_s(t.pid) - before[t.name]) / IDLE_S * 100
+            wal = f"largest -wal {t.wal_max / 2**20:.1f} MiB, " if t.db else ""
+            rss = rss_mb(t.pid)
+            print(f"{t.name}: {wal}RSS {rss:.0f} MB after the rounds, idle CPU {idle:.2f}%")
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for path in mounts:
-            subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True)
+        stop.set()
+        bench.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

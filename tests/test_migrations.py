@@ -116,3 +116,35 @@ def test_0007_keeps_existing_stores_as_they_were(tmp_path: Path) -> None:
     assert service.create_store("new").secrets == "refuse"
     service.close()
     engine.dispose()
+
+
+def test_0009_the_index_trails_after_the_upgrade(tmp_path: Path) -> None:
+    """A database indexed by 0004's triggers keeps its index: after 0009 the triggers only
+    note changes, and a search takes them in."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = make_engine(url, check_schema=False)
+    upgrade(engine, "0008")
+    with engine.sqlalchemy().begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+                "memory_count, revision, kind, owner, on_full, secrets, metadata) VALUES "
+                "('memstore_1', 's', '', 't', 't', 1, 0, 'memory', '', 'refuse', 'refuse', '{}')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
+                "created_at, updated_at, head_version_id) VALUES ('mem_1', 'memstore_1', "
+                "'/old.md', 'an indexed heron', 'x', 16, 't', 't', 'memver_1')"
+            )
+        )
+    upgrade(engine)
+    service = MemoryService(engine)
+    assert [h.path for h in service.search("memstore_1", "heron")] == ["/old.md"]
+    service.update_memory("memstore_1", "mem_1", content="now an ibis")
+    assert service.search("memstore_1", "heron") == []
+    assert [h.path for h in service.search("memstore_1", "ibis")] == ["/old.md"]
+    assert service.check().problems == []
+    service.close()
+    engine.dispose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,7 @@ def test_search_index_out_of_step_is_reported(tmp_path: Path) -> None:
     service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'fts.db'}"))
     store = service.create_store("Notes").id
     service.create_memory(store, "/a.md", "alpha")
+    service.catch_up_search()  # the index holds it; then it is dropped behind the index's back
     service.db.run(
         lambda tx: tx.run(
             "INSERT INTO memories_fts(memories_fts, rowid, path, content) "
@@ -230,4 +232,70 @@ def test_reads_through_the_mount_count_as_access(
         time.sleep(0.01)
         assert (root / "cache" / "old.md").read_text() == "old"
     assert accessed(old.id) > before  # written by the daemon (within a second, or at unmount)
+    service.close()
+
+
+def _pending(service: MemoryService) -> int:
+    return int(
+        service.db.run(lambda tx: tx.scalar("SELECT COUNT(*) FROM search_pending"), write=False)
+    )
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_search_index_trails_saves_and_catches_up(tmp_path: Path) -> None:
+    """SQLite: a save notes its change for the index instead of indexing it (migration 0009);
+    a search takes every note in first, a process's own background thread within about a
+    second, and the index then agrees with the memories (integrity-check)."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'trail.db'}"))
+    store = service.create_store("Notes").id
+    memories = [service.create_memory(store, f"/n/{i}.md", f"note {i} walrus") for i in range(600)]
+    service.update_memory(store, memories[0].id, content="changed to narwhal")
+    service.delete_memory(store, memories[1].id)
+    assert _pending(service) > 0
+    hits = service.search(store, "walrus", limit=100)  # more notes than one background batch
+    assert len(hits) == 100
+    assert all(h.path not in ("/n/0.md", "/n/1.md") for h in hits)
+    assert [h.path for h in service.search(store, "narwhal")] == ["/n/0.md"]
+    assert _pending(service) == 0
+    service.update_memory(store, memories[2].id, path="/m/2.md")
+    _wait_until(lambda: _pending(service) == 0)  # the trailer, with no search asking
+    assert service.check().problems == []
+    service.close()
+
+
+def test_a_reused_row_never_shows_the_text_it_had(tmp_path: Path) -> None:
+    """SQLite gives the highest rowid out again once its row is gone: a memory deleted and a
+    new one created in its row before the index caught up must not find the old text."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'reuse.db'}"))
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/keep.md", "keep")
+    gone = service.create_memory(store, "/gone.md", "secretive platypus")
+    service.catch_up_search()
+    service.delete_memory(store, gone.id)
+    service.create_memory(store, "/new.md", "cheerful otter")
+    assert service.search(store, "platypus") == []
+    assert [h.path for h in service.search(store, "otter")] == ["/new.md"]
+    assert service.check().problems == []
+    service.close()
+
+
+@pytest.mark.mounted
+def test_a_mount_catches_the_index_up_by_itself(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Notes").id
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        (root / "notes" / "seen.md").write_text("a mounted axolotl\n")
+        if engine.dialect == "sqlite":
+            _wait_until(lambda: _pending(service) == 0)
+        assert [h.path for h in service.search(store, "axolotl")] == ["/seen.md"]
     service.close()

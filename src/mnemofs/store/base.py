@@ -51,9 +51,13 @@ from mnemofs.store.rows import (
     ACCESS_FLUSH_S,
     CHANGES_CHANNEL,
     EVICT_ACTOR,
+    SEARCH_BATCH,
+    SEARCH_TRAIL_S,
     _access,
+    _catch_up_search,
     _memory,
     _placeholders,
+    _search_pending,
     _timestamp,
     utc_now,
 )
@@ -77,11 +81,55 @@ class ServiceBase:
         self._accessed: dict[tuple[str, str], float] = {}
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
+        # The search index trails saves (SQLite, migration 0009): a process that does not run
+        # ``checkpoint`` in the background gets a thread that catches up after its writes.
+        self._search_caught_up = 0.0
+        self._trailer: threading.Thread | None = None
+        self._trailer_wake = threading.Event()
+        self._closing = threading.Event()
 
     def close(self) -> None:
+        self._closing.set()
+        if self._trailer is not None:
+            self._trailer_wake.set()
+            self._trailer.join(timeout=10)
         with suppress(Exception):  # a database that is gone loses the last second of reads
             self.flush_accesses()
+        with suppress(Exception):  # the next search, in any process, catches up instead
+            self.catch_up_search()
         self.db.close()
+
+    def catch_up_search(self) -> None:
+        """Take every change noted for the search index into it (SQLite; a no-op elsewhere),
+        ``SEARCH_BATCH`` at a time, each batch its own short transaction."""
+        if self.db.dialect != "sqlite":
+            return
+        self._search_caught_up = time.monotonic()
+        if not self.db.run(_search_pending, write=False):
+            return
+        while self.db.run(lambda tx: _catch_up_search(tx, SEARCH_BATCH), write=True):
+            pass
+
+    def _search_soon(self) -> None:
+        """After a write (SQLite, no background upkeep): have the trailer catch up soon."""
+        if self._trailer is None:
+            self._trailer = threading.Thread(
+                target=self._trail, name="mnemofs-search-index", daemon=True
+            )
+            self._trailer.start()
+        self._trailer_wake.set()
+
+    def _trail(self) -> None:
+        while True:
+            self._trailer_wake.wait()
+            if self._closing.wait(SEARCH_TRAIL_S):
+                return
+            self._trailer_wake.clear()
+            try:
+                self.catch_up_search()
+            except Exception as exc:
+                log.warning("the search index could not catch up (%s); retrying", exc)
+                self._trailer_wake.set()
 
     def _read(self, fn: Callable[[Tx], T]) -> T:
         if self._accessed and time.monotonic() - self._accessed_since > ACCESS_FLUSH_S:
@@ -90,14 +138,14 @@ class ServiceBase:
         return self.db.run(fn, write=False)
 
     def _write(self, fn: Callable[[Tx], T]) -> T:
-        if not self._accessed:
-            return self.db.run(fn, write=True)
-
         def with_accesses(tx: Tx) -> T:
             self._flush_accesses(tx)
             return fn(tx)
 
-        return self.db.run(with_accesses, write=True)
+        result = self.db.run(with_accesses if self._accessed else fn, write=True)
+        if self.db.dialect == "sqlite" and not self.db.deferred:
+            self._search_soon()
+        return result
 
     def _store_row(self, tx: Tx, store_id: str, *, lock: bool = False) -> Any:
         sql = f"SELECT {_STORE_COLS} FROM memory_stores WHERE id = :id"

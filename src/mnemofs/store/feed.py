@@ -4,6 +4,7 @@ changes since a position, notifications, checkpoints, reachability, the consiste
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from mnemofs.errors import (
@@ -23,6 +24,7 @@ from mnemofs.store.rows import (
     _STORE_COLS,
     _VERSION_COLS,
     CHANGES_CHANNEL,
+    SEARCH_TRAIL_S,
     _memory,
     _placeholders,
     _store,
@@ -133,6 +135,9 @@ class FeedMixin(ServiceBase):
                 self._store_row(tx, store_id)  # NotFound for a wrong id
             return check(tx, store_id)
 
+        if store_id is None:  # the index is checked against the memories: up to date first
+            self.catch_up_search()
+
         return self._read(run)
 
     def defer_checkpoints(self) -> None:
@@ -141,7 +146,11 @@ class FeedMixin(ServiceBase):
         self.db.defer_checkpoints()
 
     def checkpoint(self, *, force: bool = False) -> None:
-        """Keep the SQLite WAL small (see ``Database.checkpoint``); a no-op on PostgreSQL."""
+        """Background upkeep of a long-lived writer (a mount calls it a few times a second):
+        take saved changes into the search index at most ``SEARCH_TRAIL_S`` late, and keep
+        the WAL small (see ``Database.checkpoint``). SQLite only; a no-op on PostgreSQL."""
+        if time.monotonic() - self._search_caught_up >= SEARCH_TRAIL_S:
+            self.catch_up_search()
         self.db.checkpoint(force=force)
 
     def data_version(self) -> int | None:

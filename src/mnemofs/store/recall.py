@@ -28,15 +28,16 @@ class RecallMixin(ServiceBase):
         self, store_id: str, query: str, *, limit: int = limits.DEFAULT_SEARCH_LIMIT
     ) -> list[SearchHit]:
         """Live memories whose path or content hold every word of ``query``, best first, each
-        with a snippet. Lexical (no stemming); the index changes in the same transaction as
-        the memory, so deleted content is never found, and redaction only ever touches past
-        versions, which are not searched."""
+        with a snippet. Lexical (no stemming). On SQLite the index trails saves (migration
+        0009) and a search first takes every noted change in, so it never finds deleted or
+        replaced content; redaction only ever touches past versions, which are not searched."""
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {query!r}")
         words = _SEARCH_WORD.findall(query)
         if not words:
             raise InvalidRequest(f"the query {query!r} has no words to search for")
         limit = _validate_limit(limit)
+        self.catch_up_search()
 
         def run(tx: Tx) -> list[SearchHit]:
             self._store_row(tx, store_id)

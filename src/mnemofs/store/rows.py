@@ -42,6 +42,8 @@ JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
 
 EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
 
+SEARCH_TRAIL_S = 1.0  # the search index takes in saved changes at most about this late
+SEARCH_BATCH = 500  # changes taken into the index per transaction in the background
 ACCESS_FLUSH_S = 1.0  # noted reads reach the database at least this often while reading
 
 _SEARCH_WORD = re.compile(r"\w+")  # a query is its words; operators and quotes are not syntax
@@ -94,11 +96,45 @@ def sha256_hex(content: str) -> str:
 CONTENT_TABLES = ("memories", "memory_versions", "directories", "memory_stores")
 
 
+def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
+    """SQLite: bring the FTS5 index up to date with the changes its triggers noted in
+    ``search_pending`` (migration 0009), the oldest ``batch`` rows first (all without one);
+    returns how many were taken. Each noted row first leaves the index as the note says the
+    index holds it, then enters it as ``memories`` holds it now, if it still exists."""
+    if tx.dialect != "sqlite":
+        return 0
+    limit = "" if batch is None else f" ORDER BY mem_rowid LIMIT {int(batch)}"
+    last = tx.scalar(f"SELECT MAX(mem_rowid) FROM (SELECT mem_rowid FROM search_pending{limit})")
+    if last is None:
+        return 0
+    upto = {"last": last}
+    tx.run(
+        "INSERT INTO memories_fts (memories_fts, rowid, path, content) "
+        "SELECT 'delete', mem_rowid, old_path, old_content FROM search_pending "
+        "WHERE indexed = 1 AND mem_rowid <= :last",
+        upto,
+    )
+    tx.run(
+        "INSERT INTO memories_fts (rowid, path, content) SELECT m.rowid, m.path, m.content "
+        "FROM search_pending p JOIN memories m ON m.rowid = p.mem_rowid "
+        "WHERE p.mem_rowid <= :last",
+        upto,
+    )
+    return tx.run("DELETE FROM search_pending WHERE mem_rowid <= :last", upto)
+
+
+def _search_pending(tx: Tx) -> bool:
+    return tx.dialect == "sqlite" and tx.scalar("SELECT 1 FROM search_pending LIMIT 1") is not None
+
+
 def _purge_search_index(tx: Tx) -> None:
-    """SQLite: merge the FTS5 index into one segment. A delete only adds a tombstone; the
-    deleted text's tokens stay in older segments until a merge drops them (and secure_delete
-    zeroes the pages they were on). Costs a rewrite of the whole index: erasing changes only."""
+    """SQLite: take in every noted change, then merge the FTS5 index into one segment. A
+    delete only adds a tombstone; the deleted text's tokens stay in older segments until a
+    merge drops them (and secure_delete zeroes the pages they were on), and the notes of
+    ``search_pending`` hold old text until taken in. Costs a rewrite of the whole index:
+    erasing changes only."""
     if tx.dialect == "sqlite":
+        _catch_up_search(tx)
         tx.run("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
 
 

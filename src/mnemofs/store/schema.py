@@ -12,10 +12,11 @@ Conventions
   that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
   the per-store checks (path free, count under the limit) cannot race.
 
-Search (migration 0004) lives outside this file: on SQLite an FTS5 table ``memories_fts`` kept
-in step with ``memories`` by triggers, on PostgreSQL a generated ``search_vector`` column with a
-GIN index (``SEARCH_OBJECTS``). A migration that rebuilds ``memories`` (SQLite batch mode) must
-recreate those triggers.
+Search (migrations 0004, 0009) lives outside this file: on SQLite an FTS5 table ``memories_fts``
+over ``memories``, whose changes triggers note in ``search_pending`` and which catches up with
+them in batches (``ServiceBase.catch_up_search``); on PostgreSQL a generated ``search_vector``
+column with a GIN index (``SEARCH_OBJECTS``). A migration that rebuilds ``memories`` (SQLite
+batch mode) must recreate those triggers.
 
 Changing anything here needs a new Alembic revision in ``migrations/versions`` and a bump of
 ``SCHEMA_REVISION`` (in ``revision.py``); ``tests/test_migrations.py`` fails when this file and
@@ -215,6 +216,7 @@ SEARCH_OBJECTS = frozenset(
         "memories_fts_content",
         "memories_fts_docsize",
         "memories_fts_config",
+        "search_pending",  # SQLite: changes the index has yet to take (0009)
         "search_vector",
         "ix_memories_search_vector",
     }

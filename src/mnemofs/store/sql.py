@@ -232,6 +232,11 @@ class Database:
             self._connection().execute("PRAGMA wal_autocheckpoint = 0")
             self._deferred = True
 
+    @property
+    def deferred(self) -> bool:
+        """Whether a background thread checkpoints (``defer_checkpoints``)."""
+        return self._deferred
+
     def wal_size(self) -> int:
         """The size of the SQLite WAL file in bytes (0 for a server database)."""
         if self.dialect != "sqlite":
