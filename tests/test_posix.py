@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from .mounted import wait_for
 from .test_mount import Env, env, errno_of
 
 __all__ = ["env"]  # the fixture, used by name
@@ -197,3 +198,17 @@ def test_nfd_names_are_refused_by_the_cli_and_sync_too(tmp_path: Path) -> None:
     )
     assert [m["path"] for m in json.loads(listed.stdout)["data"]] == ["/caf\u00e9.md"]
     assert "Normalization Form C" in (root / ".mnemofs-sync-errors").read_text(), out
+
+
+def test_a_directory_changed_elsewhere_shows_it_at_once(env: Env) -> None:
+    """The kernel keeps names and attributes for a minute (adapter.TIMEOUT_S): a change made
+    elsewhere must drop the directory's cached times and link count, not wait that out."""
+    notes = env.rw / "notes"
+    before = os.stat(notes)
+    time.sleep(0.02)
+    env.service.create_memory(env.rw_id, "/notes/sub/elsewhere.md", "from the API\n")
+    assert wait_for(lambda: os.stat(notes).st_nlink == before.st_nlink + 1, timeout=5)
+    assert os.stat(notes).st_mtime_ns > before.st_mtime_ns
+    assert (notes / "sub" / "elsewhere.md").read_text() == "from the API\n"
+    env.service.delete_memory(env.rw_id, env.memory("/notes/todo.md").id)
+    assert wait_for(lambda: not (notes / "todo.md").exists(), timeout=5)

@@ -139,6 +139,7 @@ def test_the_mount_says_eacces_at_close_and_logs_kind_and_line(
         with pytest.raises(OSError) as info, open(note, "a") as f:
             f.write(f"token {GITHUB}\n")
         assert info.value.errno == errno.EACCES
+        assert note.stat().st_size == len("fine\n")  # not the size the kernel had written
         assert note.read_text() == "fine\n"  # the failed save left the saved content
         with pytest.raises(OSError) as info:
             (root / "notes" / "new.md").write_text(f"{AWS}\n")

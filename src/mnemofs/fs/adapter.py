@@ -23,7 +23,11 @@ from mnemofs.paths import decode_name
 
 log = logging.getLogger("mnemofs.fs")
 
-TIMEOUT_S = 1.0  # entry and attribute cache; changes made elsewhere are invalidated anyway
+# How long the kernel may keep names and attributes without asking. Every change it cannot see
+# for itself is invalidated the moment the mount learns of it (changes made elsewhere, in
+# refresh.py; a save rolled back, in files.py), so this only bounds the cost of a missed one.
+# At 1 s, every phase of a workload longer than a second looked each file up again.
+TIMEOUT_S = 60.0
 XATTRS = (b"user.mnemofs.memory_id", b"user.mnemofs.version_id", b"user.mnemofs.sha256")
 
 # Most specific first: the errno a filesystem caller sees for each domain error.
@@ -388,10 +392,17 @@ class Adapter(pyfuse3.Operations):
 
 
 def drop_entries(items: list[Invalidation]) -> None:
-    """Tell the kernel to forget these names (pyfuse3 queues it: safe inside a request)."""
+    """Tell the kernel to forget these names (pyfuse3 queues it: safe inside a request) and
+    these attributes (no pages: nothing to wait for, so safe inside a request too)."""
     for item in items:
         if item.kind == "entry":
             pyfuse3.invalidate_entry_async(item.ino, os.fsencode(item.name), ignore_enoent=True)
+        elif item.kind == "attrs":
+            try:
+                pyfuse3.invalidate_inode(item.ino, attr_only=True)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                    log.warning("cannot invalidate the attributes of inode %d: %s", item.ino, exc)
 
 
 async def drop_caches(items: list[Invalidation]) -> None:

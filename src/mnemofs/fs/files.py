@@ -237,6 +237,7 @@ class FilesMixin(TreeBase):
                 self.vanished.append(Invalidation("entry", node.parent.ino, node.name))
             self._detach(node)
             return
+        self.vanished.append(Invalidation("attrs", node.ino))  # the kernel has the size it wrote
         saved = self._content.get(node.ino)  # the cache only ever holds saved content
         if saved is None:
             try:

@@ -19,6 +19,7 @@ import trio
 
 from mnemofs.backend import Backend, ChangeSignal
 from mnemofs.errors import Unavailable
+from mnemofs.fs import loop
 from mnemofs.fs.access import Owner
 from mnemofs.fs.adapter import Adapter, drop_caches
 from mnemofs.fs.core import MemoryFs
@@ -264,6 +265,7 @@ def serve(
         pyfuse3.init(ops, options.root, fuse_options)
     except RuntimeError as exc:
         raise MountError(f"cannot mount at {options.root}: {exc}") from None
+    loop.install()
     started = time.monotonic()
     try:
         with write_record(record, options.root, session):

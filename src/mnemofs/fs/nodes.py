@@ -107,9 +107,11 @@ class Handle:
 
 @dataclass(frozen=True)
 class Invalidation:
-    """A kernel cache entry to drop after the store changed under the mount."""
+    """A kernel cache entry to drop after the store changed under the mount: a name
+    (``entry``), an inode's attributes and pages (``inode``), or its attributes alone
+    (``attrs``: safe from inside a request, see ``adapter.drop_entries``)."""
 
-    kind: Literal["inode", "entry"]
+    kind: Literal["inode", "entry", "attrs"]
     ino: int
     name: str = ""
 

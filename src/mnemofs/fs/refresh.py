@@ -20,6 +20,7 @@ class RefreshMixin(FilesMixin):
         """Bring the tree up to date with the store; say which kernel caches to drop."""
         states = self.service.store_states([m.store_id for m in self.mounts])
         out: list[Invalidation] = []
+        self.dirs_changed.clear()  # what our own requests changed, the kernel knows of
         for mount in self.mounts:
             state = states.get(mount.store_id)
             if state is None or state.revision == mount.revision:
@@ -38,6 +39,10 @@ class RefreshMixin(FilesMixin):
                 if not self._knows(change):
                     out += self._apply_change(mount, memory_id)
             out += self._sync_directories(mount)
+        # A directory whose entries changed has a new mtime and maybe link count: its cached
+        # attributes go too (the kernel keeps them for adapter.TIMEOUT_S otherwise).
+        out += [Invalidation("attrs", d.ino) for d in self.dirs_changed if not d.unlinked]
+        self.dirs_changed.clear()
         return out
 
     def _knows(self, change: Change) -> bool:

@@ -37,6 +37,9 @@ class TreeBase:
         # Names that vanished without the kernel's doing (a new file whose first save failed):
         # the adapter tells the kernel to forget them.
         self.vanished: list[Invalidation] = []
+        # Directories whose entries changed since the last refresh (their cached attributes
+        # go then: a change from elsewhere moves times and link counts the kernel keeps).
+        self.dirs_changed: set[Node] = set()
         self._next_ino = ROOT_INO + 1
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
@@ -65,13 +68,13 @@ class TreeBase:
         set_child(parent, name, node)
         return node
 
-    @staticmethod
-    def _entries_changed(*dirs: Node) -> None:
+    def _entries_changed(self, *dirs: Node) -> None:
         """An entry was made, removed or renamed in each of ``dirs``: their mtime and ctime
         move, as POSIX says (``make``, backups and caches look at a directory's mtime)."""
         now = _now_ns()
         for directory in dirs:
             directory.mtime_ns = directory.ctime_ns = now
+        self.dirs_changed.update(dirs)
 
     def _load(self, mount: StoreMount) -> None:
         """Build (or rebuild) a store's subtree from a snapshot of the store."""
@@ -98,6 +101,7 @@ class TreeBase:
             child = node.children.get(part)
             if child is None:
                 child = self._new_node(part, node, True)
+                self._entries_changed(node)
             node = child
         return node
 
@@ -105,6 +109,7 @@ class TreeBase:
         parent_rel, _, name = memory.path[1:].rpartition("/")
         parent = self._ensure_dir(mount, parent_rel)
         node = self._new_node(name, parent, False, _ns(memory.updated_at))
+        self._entries_changed(parent)
         self._apply_memory(node, memory)
         return node
 
@@ -151,6 +156,7 @@ class TreeBase:
     def _detach(self, node: Node) -> None:
         if node.parent is not None and node.parent.children.get(node.name) is node:
             drop_child(node.parent, node.name)
+            self._entries_changed(node.parent)
         if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
             del self.by_memory[node.memory_id]
         node.unlinked = True
