@@ -52,10 +52,14 @@ class SavesMixin(ServiceBase):
         new = Content.from_text(content)
 
         def run(tx: Tx) -> tuple[Memory, bool]:
-            policy = self._change_store(tx, store_id)  # locks the store before anything is read
+            # PostgreSQL: lock the store before anything is read. SQLite's BEGIN IMMEDIATE
+            # holds the database's write lock already, so the store is counted once, after
+            # the lookup (a create's one UPDATE instead of two).
+            locked = tx.dialect != "sqlite"
+            policy = self._change_store(tx, store_id) if locked else None
             # The stored content is read only for the secrets screen (what the save adds):
             # whether anything changed is a comparison of hashes.
-            cols = _MEMORY_COLS + (", content" if policy == "refuse" else "")
+            cols = _MEMORY_COLS + (", content" if policy != "allow" else "")
             row = None
             if memory_id is not None:
                 row = tx.one(
@@ -68,11 +72,13 @@ class SavesMixin(ServiceBase):
                     {"store": store_id, "path": path},
                 )
             if row is not None:
+                if policy is None:
+                    policy = self._change_store(tx, store_id)
                 if new.sha256 != row.content_sha256:
                     _screen(policy, store_id, row.path, new.text, getattr(row, "content", None))
                 return self._apply_update(tx, store_id, row, row.path, new, actor), False
-            _screen(policy, store_id, path, new.text)
-            self._change_store(tx, store_id, +1, room_for=path)
+            counted = self._change_store(tx, store_id, +1, room_for=path)
+            _screen(policy or counted, store_id, path, new.text)
             self._check_path_free(tx, store_id, path)
             return self._insert_memory(tx, store_id, path, new, actor), True
 
