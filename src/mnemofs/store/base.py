@@ -130,6 +130,8 @@ class ServiceBase:
             except Exception as exc:
                 log.warning("the search index could not catch up (%s); retrying", exc)
                 self._trailer_wake.set()
+            if self.db.deferred:  # a mount now: its upkeep thread catches up from here on
+                return
 
     def _read(self, fn: Callable[[Tx], T]) -> T:
         if self._accessed and time.monotonic() - self._accessed_since > ACCESS_FLUSH_S:

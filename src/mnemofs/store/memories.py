@@ -335,7 +335,9 @@ class MemoriesMixin(ServiceBase):
             )
             if inside is not None:
                 raise Conflict(f"directory {prefix!r} is not empty (it holds {inside!r})")
-            if not tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", params):
+            if not tx.count(
+                "DELETE FROM directories WHERE store_id = :store AND path = :lo", params
+            ):
                 raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
 
         self._write(run)

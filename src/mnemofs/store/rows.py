@@ -120,7 +120,7 @@ def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
         "WHERE p.mem_rowid <= :last",
         upto,
     )
-    return tx.run("DELETE FROM search_pending WHERE mem_rowid <= :last", upto)
+    return tx.count("DELETE FROM search_pending WHERE mem_rowid <= :last", upto)
 
 
 def _search_pending(tx: Tx) -> bool:

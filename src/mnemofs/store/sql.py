@@ -63,26 +63,36 @@ ERASE_WAIT_S = 10.0  # how long an erasing change waits for readers to leave the
 class Tx:
     """One open transaction: run statements, get rows with attribute access."""
 
-    __slots__ = ("_cursor", "_db")
+    __slots__ = ("_cursor", "_db", "_pipeline")
 
-    def __init__(self, db: Database, cursor: Any) -> None:
+    def __init__(self, db: Database, cursor: Any, pipeline: Any = None) -> None:
         self._db = db
         self._cursor = cursor
+        self._pipeline = pipeline
 
     @property
     def dialect(self) -> str:
         return self._db.dialect
 
-    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
-        """Execute; return the number of rows changed."""
+    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        """Execute a statement whose result nobody reads. In a PostgreSQL write transaction
+        it goes out with the next one that needs an answer (pipeline mode): a save's inserts
+        and its COMMIT share one round trip. Its errors surface there too, before the commit."""
         self._cursor.execute(self._db.sql(sql), params or {})
+
+    def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
+        """Execute; return the number of rows changed (waits for the answer)."""
+        self._cursor.execute(self._db.sql(sql), params or {})
+        if self._pipeline is not None:
+            self._pipeline.sync()
         return int(self._cursor.rowcount)
 
     def all(self, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         cur = self._cursor
         cur.execute(self._db.sql(sql), params or {})
+        rows = cur.fetchall()  # first: in pipeline mode the description comes with the rows
         make = self._db.row_type(sql, cur.description)
-        return [make(row) for row in cur.fetchall()]
+        return [make(row) for row in rows]
 
     def one(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
         """The first row, or None."""
@@ -360,15 +370,24 @@ class Database:
     def _transaction(self, write: bool, state: list[bool]) -> Iterator[Tx]:
         dbapi = self._connection()
         cursor = dbapi.cursor()
+        sqlite = self.dialect == "sqlite"
         try:
-            if self.dialect == "sqlite":
+            if sqlite:
                 cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            yield Tx(self, cursor)
-            state.append(True)  # committing: from here a broken connection is an unknown outcome
-            if self.dialect == "sqlite":
+                yield Tx(self, cursor)
+                state.append(True)  # committing: a broken connection is an unknown outcome
                 cursor.execute("COMMIT")
-            else:
+            elif not write:
+                yield Tx(self, cursor)
                 dbapi.commit()
+            else:
+                # Pipeline mode: BEGIN goes out with the first statement, statements whose
+                # result nobody reads (Tx.run) with the next one that needs an answer, and
+                # the last of them with the COMMIT.
+                with dbapi.pipeline() as pipeline:
+                    yield Tx(self, cursor, pipeline)
+                    state.append(True)
+                    dbapi.commit()
         except BaseException:
             try:
                 if self.dialect == "sqlite":

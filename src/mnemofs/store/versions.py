@@ -190,7 +190,7 @@ class VersionsMixin(ServiceBase):
 
         def run(tx: Tx) -> int:
             self._lock_store(tx, store_id)
-            removed = tx.run(
+            removed = tx.count(
                 "DELETE FROM memory_versions WHERE store_id = :store AND created_at < :cutoff "
                 "AND seq NOT IN (SELECT seq FROM (SELECT v.seq, ROW_NUMBER() OVER "
                 "(PARTITION BY v.memory_id ORDER BY v.seq DESC) AS rank "
