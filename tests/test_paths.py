@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 
 from mnemofs.errors import InvalidRequest, NameTooLong
@@ -86,3 +89,23 @@ def test_slugs() -> None:
         "demo-3",
         "demo-2-2",
     ]
+
+
+def test_ids_are_ulids_that_sort_by_time() -> None:
+    from mnemofs.models import MEMORY_PREFIX, new_id
+
+    first = new_id(MEMORY_PREFIX)
+    time.sleep(0.002)
+    later = [new_id(MEMORY_PREFIX) for _ in range(100)]
+    pattern = re.compile(r"mem_[0-7][0-9A-HJKMNP-TV-Z]{25}")
+    assert all(pattern.fullmatch(i) for i in [first, *later])
+    assert all(first[:14] < i[:14] for i in later)  # the first 10 characters are the time
+    assert len(set(later)) == 100
+
+
+def test_ids_made_in_one_millisecond_keep_their_order() -> None:
+    from mnemofs.models import new_ulid
+
+    made = [new_ulid() for _ in range(2000)]  # many share a millisecond
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)

@@ -27,13 +27,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from ulid import ULID
 
 from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
 from mnemofs.http import memories, mounts, sessions, stores
 from mnemofs.http.access import authenticate
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
+from mnemofs.models import new_ulid
 from mnemofs.store.service import MemoryService
 
 Scope = MutableMapping[str, Any]
@@ -64,7 +64,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = f"req_{ULID()}"
+        request_id = f"req_{new_ulid()}"
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         started = time.perf_counter()
