@@ -262,3 +262,19 @@ def test_a_folded_temporary_file_vanishes_from_other_mounts(service: MemoryServi
     )
     assert watcher.read(fh, 0, 100) == b"new alpha\n"
     watcher.release(fh)
+
+
+def test_the_content_cache_is_bounded_in_bytes(
+    fs: MemoryFs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mnemofs.fs.files.CONTENT_CACHE_BYTES", 10_000)
+    notes = fs.root.children["notes"]
+    for i in range(10):
+        _, fh = fs.create(notes.ino, f"c{i}.md")
+        fs.write(fh, 0, b"x" * 3000)
+        fs.flush(fh)
+        fs.release(fh)
+    assert fs._content_bytes == sum(len(v) for v in fs._content.values()) <= 10_000
+    assert len(fs._content) == 3  # the newest three files of 3,000 bytes
+    fs.unlink(notes.ino, "c9.md")
+    assert fs._content_bytes == sum(len(v) for v in fs._content.values())

@@ -12,6 +12,7 @@ from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.fs.nodes import (
+    CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
     TEMP_GRACE_S,
     FsError,
@@ -46,10 +47,13 @@ class FilesMixin(TreeBase):
         return data
 
     def _cache(self, node: Node, data: bytes) -> None:
-        self._content[node.ino] = data
-        self._content.move_to_end(node.ino)
-        while len(self._content) > CONTENT_CACHE_ENTRIES:
-            self._content.popitem(last=False)
+        cache = self._content
+        old = cache.get(node.ino)
+        self._content_bytes += len(data) - (0 if old is None else len(old))
+        cache[node.ino] = data
+        cache.move_to_end(node.ino)
+        while len(cache) > CONTENT_CACHE_ENTRIES or self._content_bytes > CONTENT_CACHE_BYTES:
+            self._content_bytes -= len(cache.popitem(last=False)[1])
 
     @staticmethod
     def _drop_clean_buffer(node: Node) -> None:

@@ -18,7 +18,10 @@ TEMP_GRACE_S = 2.0
 FOLD_WINDOW_S = 300.0
 
 
+# Saved content kept in the daemon: at most this many files and this many bytes, the least
+# recently used going first (a miss reads the store: one indexed row).
 CONTENT_CACHE_ENTRIES = 4096
+CONTENT_CACHE_BYTES = 16 * 1024 * 1024
 
 
 class FsError(Exception):

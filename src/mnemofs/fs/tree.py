@@ -43,6 +43,7 @@ class TreeBase:
         self._next_ino = ROOT_INO + 1
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
+        self._content_bytes = 0  # the sum of the cached contents' lengths
         now = _now_ns()
         self.root = Node(ROOT_INO, "", None, True, None, now, now)
         self.nodes[ROOT_INO] = self.root
@@ -151,7 +152,7 @@ class TreeBase:
         """Drop a node that left the tree once the kernel and open files let go of it."""
         if node.lookups <= 0 and node.file is None and node.ino != ROOT_INO:
             self.nodes.pop(node.ino, None)
-            self._content.pop(node.ino, None)
+            self._content_bytes -= len(self._content.pop(node.ino, b""))
 
     def _detach(self, node: Node) -> None:
         if node.parent is not None and node.parent.children.get(node.name) is node:

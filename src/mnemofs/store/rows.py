@@ -43,7 +43,7 @@ JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
 EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
 
 SEARCH_TRAIL_S = 1.0  # the search index takes in saved changes at most about this late
-SEARCH_BATCH = 500  # changes taken into the index per transaction in the background
+SEARCH_BATCH = 200  # changes taken into the index per transaction in the background
 ACCESS_FLUSH_S = 1.0  # noted reads reach the database at least this often while reading
 
 _SEARCH_WORD = re.compile(r"\w+")  # a query is its words; operators and quotes are not syntax

@@ -129,6 +129,7 @@ class Database:
         self._deferred = False  # a worker thread checkpoints (defer_checkpoints)
         self._checkpointed_at = 0.0  # monotonic time of the last checkpoint or WAL size check
         self._restarting = threading.Lock()  # held by a truncating checkpoint (see above)
+        self._writer = threading.RLock()  # held by this process's SQLite write transaction
 
     def sql(self, text: str) -> str:
         """``text`` in the driver's parameter style, cached."""
@@ -412,8 +413,16 @@ class Database:
         for attempt in range(_RETRIES):
             committing: list[bool] = []
             try:
-                with self._transaction(write, committing) as tx:
-                    result = fn(tx)
+                if write and self.dialect == "sqlite":
+                    # SQLite lets one writer in at a time anyway: this process's writers queue
+                    # here, woken at once, instead of in SQLite's busy handler, which sleeps
+                    # 1, 2, 5, 10... ms between tries (a save behind the mount's background
+                    # search catch-up waited milliseconds for a lock held microseconds more).
+                    with self._writer, self._transaction(write, committing) as tx:
+                        result = fn(tx)
+                else:
+                    with self._transaction(write, committing) as tx:
+                        result = fn(tx)
                 if write and self.dialect == "sqlite" and not self._deferred:
                     self._after_write()
                 return result
