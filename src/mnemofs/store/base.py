@@ -180,6 +180,20 @@ class ServiceBase:
         API) and, with ``room_for``, a full one; count the change. One UPDATE on the happy
         path; the reason is looked up only on refusal. Returns the store's secrets policy (for
         ``_screen``)."""
+        return self._change_store_row(
+            tx, store_id, count_delta, room_for=room_for, archived_ok=archived_ok
+        )[0]
+
+    def _change_store_row(
+        self,
+        tx: Tx,
+        store_id: str,
+        count_delta: int = 0,
+        *,
+        room_for: str | None = None,
+        archived_ok: bool = False,
+    ) -> tuple[str, int]:
+        """``_change_store``, also returning the store's memory count after the change."""
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
             "revision = revision + 1 WHERE id = :id"
@@ -189,16 +203,16 @@ class ServiceBase:
         if room_for is not None:
             sql += " AND memory_count < :max"
         if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
-            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), secrets"
+            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), secrets, memory_count"
         else:
-            sql += " RETURNING secrets"
+            sql += " RETURNING secrets, memory_count"
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
         changed = tx.one(sql, params)
         if changed is not None:
-            return str(changed.secrets)
+            return str(changed.secrets), int(changed.memory_count)
         row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
         if room_for is not None and row.on_full == "evict-lru" and self._evict_lru(tx, store_id):
-            return self._change_store(tx, store_id, count_delta, room_for=room_for)
+            return self._change_store_row(tx, store_id, count_delta, room_for=room_for)
         raise StoreFull(
             f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
             f"memories, the limit; cannot create {room_for!r}"
@@ -268,9 +282,16 @@ class ServiceBase:
         return row
 
     def _check_path_free(
-        self, tx: Tx, store_id: str, path: str, *, ignore: str | None = None
-    ) -> None:
-        """Refuse a path taken by a memory or a directory, or under a memory.
+        self,
+        tx: Tx,
+        store_id: str,
+        path: str,
+        *,
+        ignore: str | None = None,
+        existing_ok: bool = False,
+    ) -> str | None:
+        """Refuse a path taken by a memory or a directory, or under a memory; with
+        ``existing_ok``, a memory at the path itself is no refusal: its id is returned.
 
         A path is never both a file and a directory, so every store can be mounted. One query:
         memories at the path or at an ancestor (as a file), the first memory under it, and the
@@ -296,10 +317,13 @@ class ServiceBase:
             if row.id is not None and row.id == ignore:
                 continue
             if row.path == path:
+                if existing_ok and row.id is not None:
+                    return str(row.id)
                 raise PathConflict(f"a memory already exists at {path!r} ({row.id})")
             if row.id is not None and not row.path.startswith(as_dir):
                 raise PathConflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
             raise PathConflict(f"{path!r} is a directory (it holds {row.path!r})")
+        return None
 
     def _write_version(
         self,

@@ -4,6 +4,7 @@ over a target (with folds), directory moves.
 
 from __future__ import annotations
 
+from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
@@ -55,8 +56,8 @@ class SavesMixin(ServiceBase):
             # PostgreSQL: lock the store before anything is read. SQLite's BEGIN IMMEDIATE
             # holds the database's write lock already, so the store is counted once, after
             # the lookup (a create's one UPDATE instead of two).
-            locked = tx.dialect != "sqlite"
-            policy = self._change_store(tx, store_id) if locked else None
+            locked = None if tx.dialect == "sqlite" else self._change_store_row(tx, store_id)
+            policy = None if locked is None else locked[0]
             # The stored content is read only for the secrets screen (what the save adds):
             # whether anything changed is a comparison of hashes.
             cols = _MEMORY_COLS + (", content" if policy != "allow" else "")
@@ -66,20 +67,26 @@ class SavesMixin(ServiceBase):
                     f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
                     {"id": memory_id, "store": store_id},
                 )
-            if row is None:
-                row = tx.one(
-                    f"SELECT {cols} FROM memories WHERE store_id = :store AND path = :path",
-                    {"store": store_id, "path": path},
-                )
+            if row is None:  # a new file, or one another writer made at the path meanwhile
+                there = self._check_path_free(tx, store_id, path, existing_ok=True)
+                if there is not None:
+                    row = tx.one(f"SELECT {cols} FROM memories WHERE id = :id", {"id": there})
             if row is not None:
                 if policy is None:
                     policy = self._change_store(tx, store_id)
                 if new.sha256 != row.content_sha256:
                     _screen(policy, store_id, row.path, new.text, getattr(row, "content", None))
                 return self._apply_update(tx, store_id, row, row.path, new, actor), False
-            counted = self._change_store(tx, store_id, +1, room_for=path)
-            _screen(policy or counted, store_id, path, new.text)
-            self._check_path_free(tx, store_id, path)
+            if locked is not None and locked[1] < limits.MAX_MEMORIES_PER_STORE:
+                # Locked with room: the count goes out with the inserts (one round trip).
+                tx.run(
+                    "UPDATE memory_stores SET memory_count = memory_count + 1 WHERE id = :id",
+                    {"id": store_id},
+                )
+            else:
+                policy = self._change_store(tx, store_id, +1, room_for=path)
+            assert policy is not None
+            _screen(policy, store_id, path, new.text)
             return self._insert_memory(tx, store_id, path, new, actor), True
 
         return self._write(run)
