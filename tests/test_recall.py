@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from mnemofs import errors
 from mnemofs.store import Engine, MemoryService, make_engine
 
-from .mounted import mounted
+from .mounted import mounted, wait_for
 
 
 @pytest.fixture
@@ -241,13 +240,6 @@ def _pending(service: MemoryService) -> int:
     )
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_search_index_trails_saves_and_catches_up(tmp_path: Path) -> None:
     """SQLite: a save notes its change for the index instead of indexing it (migration 0009);
     a search takes every note in first, a process's own background thread within about a
@@ -264,7 +256,7 @@ def test_search_index_trails_saves_and_catches_up(tmp_path: Path) -> None:
     assert [h.path for h in service.search(store, "narwhal")] == ["/n/0.md"]
     assert _pending(service) == 0
     service.update_memory(store, memories[2].id, path="/m/2.md")
-    _wait_until(lambda: _pending(service) == 0)  # the trailer, with no search asking
+    assert wait_for(lambda: _pending(service) == 0, timeout=10)  # the trailer, unasked
     assert service.check().problems == []
     service.close()
 
@@ -296,6 +288,6 @@ def test_a_mount_catches_the_index_up_by_itself(
     with mounted(db_url, session.id, root):
         (root / "notes" / "seen.md").write_text("a mounted axolotl\n")
         if engine.dialect == "sqlite":
-            _wait_until(lambda: _pending(service) == 0)
+            assert wait_for(lambda: _pending(service) == 0, timeout=10)
         assert [h.path for h in service.search(store, "axolotl")] == ["/seen.md"]
     service.close()
