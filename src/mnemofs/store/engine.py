@@ -35,8 +35,9 @@ ENV_DB = "MNEMOFS_DB"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Per connection, at most (a mount has two or three): the hot pages of a full store (indexes,
 # recent rows); the rest comes from the OS's page cache at a read call each. 64 MiB kept a
-# mount of a full store over 100 MB resident after the benchmark (issue 17).
-SQLITE_CACHE_KIB = 16_384
+# mount of a full store over 100 MB resident after the benchmark, 16 MiB at 105 MB, 8 MiB 87 MB
+# with no phase slower (issue 17).
+SQLITE_CACHE_KIB = 8_192
 # Checkpoint the WAL every ~40 MB instead of every 4 MB: each checkpoint syncs the database
 # file, and with every save writing a version this took 10-25% of save time (measured).
 SQLITE_CHECKPOINT_PAGES = 10_000
