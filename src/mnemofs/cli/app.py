@@ -26,6 +26,7 @@ from mnemofs.cli.recall import context_command, search_command
 from mnemofs.cli.serving import serve_command
 from mnemofs.cli.sessions import sessions
 from mnemofs.cli.stores import stores
+from mnemofs.cli.transfer import store_export, store_import
 from mnemofs.cli.versions import versions
 
 
@@ -46,6 +47,8 @@ def cli(click_ctx: click.Context, db: str | None, as_json: bool) -> None:
     click_ctx.obj = Context(db, as_json)
 
 
+stores.add_command(store_export)
+stores.add_command(store_import)
 cli.add_command(stores)
 cli.add_command(memories)
 cli.add_command(versions)

@@ -25,6 +25,7 @@ from mnemofs.store.rows import decode_content, sha256_hex, utc_now, validate_con
 from mnemofs.store.saves import SavesMixin
 from mnemofs.store.sessions import SessionsMixin
 from mnemofs.store.stores import StoresMixin
+from mnemofs.store.transfer import TransferMixin
 from mnemofs.store.versions import VersionsMixin
 
 __all__ = [
@@ -47,6 +48,7 @@ class MemoryService(
     RecallMixin,
     SessionsMixin,
     CredentialsMixin,
+    TransferMixin,
 ):
     """Stores, memories, versions and sessions over one database (one workspace).
 

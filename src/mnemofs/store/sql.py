@@ -40,7 +40,7 @@ import re
 import threading
 import time
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -83,6 +83,15 @@ class Tx:
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute; return the number of rows changed (waits for the answer)."""
         self._cursor.execute(self._db.sql(sql), params or {})
+        if self._pipeline is not None:
+            self._pipeline.sync()
+        return int(self._cursor.rowcount)
+
+    def many(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Execute once per row of parameters; return the number of rows changed in all."""
+        if not rows:
+            return 0
+        self._cursor.executemany(self._db.sql(sql), rows)
         if self._pipeline is not None:
             self._pipeline.sync()
         return int(self._cursor.rowcount)
@@ -403,9 +412,11 @@ class Database:
             with suppress(self._driver_error):
                 cursor.close()
 
-    def run(self, fn: Callable[[Tx], T], *, write: bool) -> T:
+    def run(self, fn: Callable[[Tx], T], *, write: bool, once: bool = False) -> T:
         """``fn`` in one transaction, retried on transient failures (a busy SQLite file, a
-        PostgreSQL serialization failure or deadlock, a connection that broke)."""
+        PostgreSQL serialization failure or deadlock, a connection that broke). With
+        ``once``, never run twice: for an ``fn`` with effects outside the database (an
+        export writing a file, an import reading one), a failure is ``Unavailable`` at once."""
         if write and self._restarting.locked():  # a truncating checkpoint goes first
             self._wait_for_restart()
         delay = 0.005
@@ -428,6 +439,10 @@ class Database:
                 return result
             except self._driver_error as exc:
                 transient, broken = self._classify(exc)
+                if once:
+                    if broken:
+                        self._discard()
+                    raise Unavailable(f"database error: {_first_line(exc)}") from exc
                 if broken:
                     self._discard()
                     if committing:
