@@ -146,9 +146,13 @@ class Folder:
         finally:
             os.close(fd)
 
-    def scan(self) -> tuple[dict[str, os.stat_result], list[str]]:
+    def scan(
+        self, *, dirs: list[str] | None = None, hidden: list[str] | None = None
+    ) -> tuple[dict[str, os.stat_result], list[str]]:
         """Every regular file (store path -> lstat) and every link or special file found
-        (never entered). Names starting with ``.mnemofs`` are the worker's own: left out."""
+        (never entered). Names starting with ``.mnemofs`` are the worker's own: left out.
+        Given ``dirs``, every directory's path is added to it; given ``hidden``, names that
+        start with a dot are not entered or listed but added to it."""
         files: dict[str, os.stat_result] = {}
         refused: list[str] = []
         try:
@@ -166,12 +170,17 @@ class Folder:
                     name = entry.name
                     if name.startswith(".mnemofs"):
                         continue
+                    if hidden is not None and name.startswith("."):
+                        hidden.append(f"{prefix}/{name}")
+                        continue
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
                     path = f"{prefix}/{name}"
                     if stat.S_ISDIR(st.st_mode):
+                        if dirs is not None:
+                            dirs.append(path)
                         try:
                             pending.append((os.open(name, _DIR_FLAGS, dir_fd=fd), path))
                         except OSError:  # replaced by a link since: not entered

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from mnemofs.store.credentials import CredentialsMixin
 from mnemofs.store.feed import FeedMixin
+from mnemofs.store.folders import FoldersMixin
 from mnemofs.store.journals import JournalMixin
 from mnemofs.store.memories import MemoriesMixin
 from mnemofs.store.recall import RecallMixin, prompt_note
@@ -49,6 +50,7 @@ class MemoryService(
     SessionsMixin,
     CredentialsMixin,
     TransferMixin,
+    FoldersMixin,
 ):
     """Stores, memories, versions and sessions over one database (one workspace).
 
