@@ -30,7 +30,7 @@ from starlette.responses import Response
 
 from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
-from mnemofs.http import memories, mounts, sessions, stores
+from mnemofs.http import memories, mounts, sessions, stores, transfer
 from mnemofs.http.access import authenticate
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.models import new_ulid
@@ -101,9 +101,12 @@ class Guard:
     ) -> tuple[Response | None, Receive]:
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        # An import's body is a whole store: its route streams it to disk with a cap of its own.
+        capped = scope["path"] != transfer.IMPORT_PATH
+        if capped and length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return _too_large(request_id), receive
-        if length is None and headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        chunked = headers.get(b"transfer-encoding", b"").lower() == b"chunked"
+        if capped and length is None and chunked:
             body = bytearray()
             while True:
                 message = await receive()
@@ -227,7 +230,7 @@ def create_app(service: MemoryService) -> FastAPI:
     )
     app.state.service = service
     app.state.run = store_runner(service)
-    for module in (mounts, memories, stores, sessions):
+    for module in (mounts, memories, stores, sessions, transfer):
         # One flat route table (an included router is matched as a level of its own, which
         # cost ~0.1 ms a request here), the busiest routes first: every save of a remote
         # mount, then memories; each route tried before the right one costs ~3 µs.
