@@ -330,3 +330,19 @@ def test_cli_export_and_import(tmp_path: Path) -> None:
     refused = mnemofs(target, "stores", "import", str(bad))
     assert refused.returncode == 2
     assert "line 1 is not JSON" in refused.stderr
+
+
+def test_a_journal_round_trips(service: MemoryService, tmp_path: Path) -> None:
+    journal = service.create_store("Turns", kind="journal").id
+    for turn in range(3):
+        service.append_journal(journal, json.dumps({"turn": turn}) + "\n")
+    file = tmp_path / "turns.jsonl"
+    export_file(service, journal, file)
+    copy = import_file(service, file, name="Turns (copy)")
+    assert copy.kind == "journal"
+    got, want = state(service, copy.id, ids=False), state(service, journal, ids=False)
+    got["store"].pop("name")
+    want["store"].pop("name")
+    assert got == want
+    service.append_journal(copy.id, '{"turn": 3}\n')  # the copy goes on as a journal
+    assert service.check().ok

@@ -65,9 +65,15 @@ def _line(obj: dict[str, Any]) -> bytes:
 
 
 def write_export(
-    service: MemoryService, store_id: str, out: IO[bytes], *, heads_only: bool = False
+    service: MemoryService,
+    store_id: str,
+    out: IO[bytes],
+    *,
+    heads_only: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Write the store's export to ``out``; return how many records of each kind."""
+    """Write the store's export to ``out``; return how many records of each kind.
+    ``progress`` hears how many records are written, now and then."""
     out.write(
         _line(
             {
@@ -80,12 +86,20 @@ def write_export(
         )
     )
 
+    written = 0
+
     def emit(record: Record) -> None:
+        nonlocal written
         fields = dataclasses.asdict(record)
         del fields["line"]
         out.write(_line({"record": _NAMES[type(record)], **fields}))
+        written += 1
+        if progress is not None and written % 256 == 0:
+            progress(written)
 
     counts = service.export_store(store_id, emit, heads_only=heads_only)
+    if progress is not None:
+        progress(written)
     out.write(_line({"record": "end", **counts}))
     return counts
 
@@ -94,6 +108,11 @@ def write_export(
 def open_for_writing(path: str) -> Iterator[IO[bytes]]:
     """A file made owner-only, gzip-compressed when its name ends in ``.gz``."""
     import os
+
+    if path.endswith((".zst", ".xz", ".bz2", ".lz4")):
+        raise BadExport(
+            f"{path}: only gzip compression is written (name the file .gz, or leave it plain)"
+        )
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as raw:

@@ -57,8 +57,11 @@ def store_export(ctx: Context, store: str, out: str | None, heads_only: bool) ->
         counts = archive.write_export(service, store_id, sys.stdout.buffer, heads_only=heads_only)
         sys.stdout.buffer.flush()
     else:
-        with archive.open_for_writing(out) as stream:
-            counts = archive.write_export(service, store_id, stream, heads_only=heads_only)
+        total = service.export_size(store_id, heads_only=heads_only) if sys.stderr.isatty() else 0
+        with progress("exporting", total) as at, archive.open_for_writing(out) as stream:
+            counts = archive.write_export(
+                service, store_id, stream, heads_only=heads_only, progress=at
+            )
     where = out if out not in (None, "-") else "standard output"
     line = (
         f"exported {store_id}: {counts['memories']} memories, {counts['versions']} versions, "

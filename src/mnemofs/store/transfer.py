@@ -127,6 +127,25 @@ class TransferMixin(ServiceBase):
 
         return self.db.run(run, write=False, once=True)
 
+    def export_size(self, store_id: str, *, heads_only: bool = False) -> int:
+        """How many records an export of the store holds (for a progress bar)."""
+
+        def run(tx: Tx) -> int:
+            row = self._store_row(tx, store_id)
+            directories = tx.scalar(
+                "SELECT COUNT(*) FROM directories WHERE store_id = :s", {"s": store_id}
+            )
+            versions = (
+                row.memory_count
+                if heads_only
+                else tx.scalar(
+                    "SELECT COUNT(*) FROM memory_versions WHERE store_id = :s", {"s": store_id}
+                )
+            )
+            return 1 + int(directories) + int(versions) + int(row.memory_count)
+
+        return self._read(run)
+
     def import_store(
         self,
         open_records: Callable[[], Iterator[Record]],
