@@ -211,17 +211,21 @@ async def _checkpoint(service: Backend) -> None:
             log.warning("background write failed (%s); retrying", exc)
 
 
-async def _watch_signals() -> None:
+async def _watch_signals(early: list[int]) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        if early:  # came between "mounted" and now: handled the same way
+            log.info("got %s: unmounting", signal.Signals(early[0]).name)
+            pyfuse3.terminate()
+            return
         async for signum in signals:
             log.info("got %s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
             return
 
 
-async def _serve(fs: MemoryFs, service: Backend) -> None:
+async def _serve(fs: MemoryFs, service: Backend, early: list[int]) -> None:
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch_signals)
+        nursery.start_soon(_watch_signals, early)
         nursery.start_soon(_watch_changes, fs, service)
         nursery.start_soon(_checkpoint, service)
         # One worker: no handler ever awaits (every call is a short synchronous step, see
@@ -267,11 +271,16 @@ def serve(
         raise MountError(f"cannot mount at {options.root}: {exc}") from None
     loop.install()
     started = time.monotonic()
+    # A SIGTERM from here until trio listens must not kill the daemon with files unsaved:
+    # noted now, acted on as soon as the signal watcher runs.
+    early: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda number, _frame: early.append(number))
     try:
         with write_record(record, options.root, session):
             if ready is not None:
                 ready()
-            trio.run(_serve, fs, service)
+            trio.run(_serve, fs, service, early)
     finally:
         failures = fs.save_all()
         for path, error in failures:
