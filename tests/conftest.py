@@ -88,7 +88,13 @@ def store_id(service: MemoryService) -> str:
 
 # The mounted suites that run over both backends: the daemon on the database, and the daemon
 # behind `mnemofs serve` with only a session token (issue 15).
-BOTH_WAYS = {"test_mount", "test_mount_differential", "test_same_files", "test_shared"}
+BOTH_WAYS = {
+    "test_mount",
+    "test_mount_differential",
+    "test_same_files",
+    "test_shared",
+    "test_history",
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

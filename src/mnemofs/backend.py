@@ -20,6 +20,7 @@ from mnemofs.models import (
     Memory,
     MemoryPrefix,
     MemoryVersion,
+    PathHistory,
     Session,
     StoreId,
     StoreSnapshot,
@@ -49,6 +50,10 @@ class Backend(Protocol):
     def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]: ...
 
     def explicit_directories(self, store_id: str) -> list[str]: ...
+
+    def path_history(self, store_id: str, path: str) -> PathHistory: ...
+
+    def get_version(self, store_id: str, version_id: str) -> MemoryVersion: ...
 
     def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory: ...
 

@@ -372,6 +372,29 @@ class StoreSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class PathHistory:
+    """Everything that was ever at one path, for the mount's ``.history`` (issue 19): the
+    versions of each memory whose last path it is (live, or deleted there), oldest first, and
+    the names one level below it that have history of their own."""
+
+    versions: tuple[HistoryEntry, ...]
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One version as ``.history`` shows it: its stored operation (``renamed`` included),
+    time, size, and whether it was redacted (then it has no content)."""
+
+    version_id: VersionId
+    memory_id: MemoryId
+    operation: str
+    created_at: str
+    size_bytes: int
+    redacted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """One entry of a store's change feed: a version and its position (``seq``)."""
 

@@ -37,11 +37,13 @@ from mnemofs.models import (
     Actor,
     Attachment,
     Change,
+    HistoryEntry,
     Memory,
     MemoryId,
     MemoryPrefix,
     MemoryStore,
     MemoryVersion,
+    PathHistory,
     Session,
     SessionId,
     StoreId,
@@ -226,6 +228,27 @@ class RemoteBackend:
 
     def explicit_directories(self, store_id: str) -> list[str]:
         return list(self._call("GET", f"{self._store(store_id)}/directories")["data"])
+
+    def path_history(self, store_id: str, path: str) -> PathHistory:
+        data = self._call("GET", f"{self._store(store_id)}/history", query={"path": path})
+        return PathHistory(
+            versions=tuple(
+                HistoryEntry(
+                    version_id=VersionId(v["version_id"]),
+                    memory_id=MemoryId(v["memory_id"]),
+                    operation=v["operation"],
+                    created_at=v["created_at"],
+                    size_bytes=int(v["size_bytes"]),
+                    redacted=bool(v["redacted"]),
+                )
+                for v in data["versions"]
+            ),
+            names=tuple(data["names"]),
+        )
+
+    def get_version(self, store_id: str, version_id: str) -> MemoryVersion:
+        path = f"/v1/memory_stores/{quote(store_id, safe='')}/memory_versions/"
+        return _version(self._call("GET", path + quote(version_id, safe="")))
 
     def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory:
         path = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}"

@@ -101,7 +101,7 @@ class Adapter(pyfuse3.Operations):
 
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
         entry = pyfuse3.EntryAttributes()
-        writable = node.mount is not None and node.mount.writable
+        writable = node.mount is not None and node.mount.writable and node.history is None
         if node.is_dir:
             entry.st_mode = stat.S_IFDIR | self.owner.dir_mode(writable)
             entry.st_nlink = 2 + node.subdirs
@@ -332,14 +332,22 @@ class Adapter(pyfuse3.Operations):
 
     # -- refused and informational --------------------------------------------------------------
 
-    async def link(self, inode: int, new_parent: int, new_name: bytes, ctx: Any) -> Any:
+    def _refuse_link(self, parent: int) -> None:
+        """EPERM: a memory is a regular file; EROFS first where nothing may change."""
+        try:
+            self.fs.check_write(parent, "link", allowed=True)
+        except Exception as exc:
+            raise fuse_error(exc, "link") from None
         raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def link(self, inode: int, new_parent: int, new_name: bytes, ctx: Any) -> Any:
+        self._refuse_link(new_parent)
 
     async def symlink(self, parent: int, name: bytes, target: bytes, ctx: Any) -> Any:
-        raise pyfuse3.FUSEError(errno.EPERM)
+        self._refuse_link(parent)
 
     async def mknod(self, parent: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
-        raise pyfuse3.FUSEError(errno.EPERM)
+        self._refuse_link(parent)
 
     async def readlink(self, inode: int, ctx: Any) -> bytes:
         raise pyfuse3.FUSEError(errno.EINVAL)

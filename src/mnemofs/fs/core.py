@@ -26,6 +26,7 @@ How files become versions
 
 from __future__ import annotations
 
+from mnemofs.fs.history import HistoryMixin
 from mnemofs.fs.names import NamesMixin
 from mnemofs.fs.nodes import (
     FOLD_WINDOW_S,
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class MemoryFs(NamesMixin, RefreshMixin):
+class MemoryFs(HistoryMixin, NamesMixin, RefreshMixin):
     """The mounted session: root directory, one directory per attached store. The parts:
     ``tree.py`` (nodes, lookups, permissions), ``files.py`` (buffers and saves), ``names.py``
     (directories, unlink, renames), ``refresh.py`` (changes made elsewhere)."""

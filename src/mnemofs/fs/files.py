@@ -36,6 +36,11 @@ class FilesMixin(TreeBase):
         if cached is not None:
             self._content.move_to_end(node.ino)
             return cached
+        if node.history_version is not None and node.mount is not None:  # .history
+            version = self.service.get_version(node.mount.store_id, node.history_version)
+            data = (version.content or "").encode()
+            self._cache(node, data)
+            return data
         if node.memory_id is None or node.mount is None:
             return b""
         try:

@@ -9,6 +9,7 @@ from contextlib import suppress
 from mnemofs.content import Content
 from mnemofs.errors import NotFound
 from mnemofs.fs.files import FilesMixin
+from mnemofs.fs.history import HISTORY
 from mnemofs.fs.nodes import (
     FOLD_WINDOW_S,
     FsError,
@@ -39,6 +40,7 @@ class NamesMixin(FilesMixin):
     def rmdir(self, parent_ino: int, name: str) -> None:
         parent = self.node(parent_ino)
         node = self.child(parent, name)
+        self._writable(node, "remove")  # .history itself
         mount = self._writable(parent, "remove")
         if not node.is_dir:
             raise FsError(errno.ENOTDIR, f"{name!r} is not a directory")
@@ -77,6 +79,9 @@ class NamesMixin(FilesMixin):
         node = self.child(src_dir, old_name)
         mount = self._writable(src_dir, "rename")
         dst_mount = self._writable(dst_dir, "rename into")
+        self._writable(node, "rename")  # .history itself
+        if new_name == HISTORY and dst_mount.root is dst_dir:
+            raise FsError(errno.EROFS, "rename: .history is read-only")
         if dst_dir is self.root:
             raise FsError(errno.EROFS, "rename: the mount root is read-only")
         if dst_mount is not mount:

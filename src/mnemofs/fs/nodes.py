@@ -89,6 +89,11 @@ class Node:
     # The kernel's page cache for this file may hold bytes that are not the saved content (a
     # save failed and was rolled back, or it changed elsewhere): the next open drops it.
     stale_pages: bool = False
+    # Under ``.history`` (fs/history.py): the store path this node shows the past of ("/" for
+    # ``.history`` itself), and for a version file, that version. Read-only, never listed
+    # in the store's own directories.
+    history: str | None = None
+    history_version: str | None = None
 
     @property
     def current_size(self) -> int:

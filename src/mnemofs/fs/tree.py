@@ -40,6 +40,7 @@ class TreeBase:
         # Directories whose entries changed since the last refresh (their cached attributes
         # go then: a change from elsewhere moves times and link counts the kernel keeps).
         self.dirs_changed: set[Node] = set()
+        self._history_roots: dict[str, Node] = {}  # store id -> its .history (fs/history.py)
         self._next_ino = ROOT_INO + 1
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
@@ -213,6 +214,8 @@ class TreeBase:
             raise FsError(errno.EACCES, f"{what}: this user may not use the mount")
 
     def _writable(self, node: Node, what: str) -> StoreMount:
+        if node.history is not None:
+            raise FsError(errno.EROFS, f"{what}: .history is read-only (copy a version out)")
         mount = node.mount
         if mount is None:
             raise FsError(errno.EROFS, f"{what}: the mount root is read-only")

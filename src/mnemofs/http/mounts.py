@@ -9,6 +9,7 @@ the request.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Annotated, Any, TypeVar
 
@@ -173,6 +174,18 @@ async def changes(
 async def directories(request: Request, store_id: str) -> Response:
     attachment(caller_of(request), store_id)
     return reply({"data": await run(request, service(request).explicit_directories, store_id)})
+
+
+@router.get("/memory_stores/{store_id}/history", summary="What was ever at a path (.history)")
+async def path_history(request: Request, store_id: str, path: str) -> Response:
+    attachment(caller_of(request), store_id)
+    found = await run(request, service(request).path_history, store_id, path)
+    return reply(
+        {
+            "versions": [dataclasses.asdict(v) for v in found.versions],
+            "names": list(found.names),
+        }
+    )
 
 
 @router.post(

@@ -35,6 +35,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from mnemofs.store.revision import SCHEMA_REVISION  # noqa: F401  (re-exported)
@@ -136,6 +137,15 @@ memory_versions = Table(
     Column("folded_id", Text),
     Index(None, "store_id", "seq"),
     Index(None, "memory_id", "seq"),
+    # A deleted memory by its last path (the mount's .history): deletions only, so saves
+    # never write to it (0010).
+    Index(
+        "ix_memory_versions_deleted_path",
+        "store_id",
+        "path",
+        sqlite_where=text("operation = 'deleted'"),
+        postgresql_where=text("operation = 'deleted'"),
+    ),
     # SQLite: AUTOINCREMENT, so a seq is never handed out again after its row is deleted (a
     # fold deletes the newest versions; a feed reader that saw them would skip the next ones).
     sqlite_autoincrement=True,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from mnemofs.store.credentials import CredentialsMixin
 from mnemofs.store.feed import FeedMixin
 from mnemofs.store.folders import FoldersMixin
+from mnemofs.store.history import HistoryMixin
 from mnemofs.store.journals import JournalMixin
 from mnemofs.store.memories import MemoriesMixin
 from mnemofs.store.recall import RecallMixin, prompt_note
@@ -51,6 +52,7 @@ class MemoryService(
     CredentialsMixin,
     TransferMixin,
     FoldersMixin,
+    HistoryMixin,
 ):
     """Stores, memories, versions and sessions over one database (one workspace).
 
