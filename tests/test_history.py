@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,3 +145,22 @@ def test_everything_under_history_is_read_only(env: Env) -> None:
     assert errno_of(os.rename, env.root / "b.md", history) == errno.EISDIR
     assert len(os.listdir(history / "notes" / "todo.md")) == 4
     assert (env.root / "b.md").read_text() == "moving\n"
+
+
+def test_a_store_restore_shows_in_the_mount(env: Env) -> None:
+    todo = env.root / "notes" / "todo.md"
+    at = env.service.find_memory(env.store, "/notes/todo.md").updated_at
+    time.sleep(0.002)
+    todo.write_text("a bad edit\n")
+    (env.root / "notes" / "extra.md").write_text("made after\n")
+    steps = env.service.restore_store(env.store, at)
+    # Back to before the fixture made /gone.md and /b.md: those go too.
+    assert sorted((s.action, s.path) for s in steps) == [
+        ("delete", "/b.md"),
+        ("delete", "/notes/extra.md"),
+        ("modify", "/notes/todo.md"),
+    ]
+    # The mount hears of it like any change made elsewhere (the spec: within a second).
+    assert wait_for(lambda: todo.read_text() == "one\ntwo\nthree\n", timeout=1.5)
+    assert wait_for(lambda: not (env.root / "notes" / "extra.md").exists(), timeout=1.5)
+    assert not (env.root / "b.md").exists()

@@ -13,6 +13,7 @@ session = ws.sessions.create(resources=[{"type": "memory_store",
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,7 @@ from mnemofs.models import (
 )
 from mnemofs.store.engine import make_engine
 from mnemofs.store.service import MemoryService, prompt_note
+from mnemofs.store.timetravel import RestoreStep
 
 
 class Memories:
@@ -192,6 +194,16 @@ class MemoryStores:
 
     def archive(self, memory_store_id: str) -> MemoryStore:
         return self._s.archive_store(memory_store_id)
+
+    def restore(
+        self, memory_store_id: str, *, at: str | datetime, dry_run: bool = False
+    ) -> builtins.list[RestoreStep]:
+        """Make the store's memories what they were at ``at`` (one transaction); the steps."""
+        return self._s.restore_store(memory_store_id, at, dry_run=dry_run)
+
+    def fork(self, memory_store_id: str, *, at: str | datetime, name: str) -> MemoryStore:
+        """A new store holding this one's memories as they were at ``at``."""
+        return self._s.fork_store(memory_store_id, at, name=name)
 
     def delete(self, memory_store_id: str) -> Deleted:
         self._s.delete_store(memory_store_id)

@@ -19,6 +19,7 @@ from mnemofs.cli.common import (
 )
 from mnemofs.cli.database import db
 from mnemofs.cli.folders import memories_export, memories_import
+from mnemofs.cli.history import store_fork, store_restore
 from mnemofs.cli.journal import journal
 from mnemofs.cli.keys import keys
 from mnemofs.cli.memories import memories
@@ -50,6 +51,8 @@ def cli(click_ctx: click.Context, db: str | None, as_json: bool) -> None:
 
 stores.add_command(store_export)
 stores.add_command(store_import)
+stores.add_command(store_restore)
+stores.add_command(store_fork)
 cli.add_command(stores)
 memories.add_command(memories_import)
 memories.add_command(memories_export)

@@ -80,3 +80,34 @@ async def import_store(
     finally:
         os.unlink(path)
     return reply(store)
+
+
+@router.post("/{store_id}/restore", summary="The store's memories as they were at a time")
+async def restore_store(
+    request: Request, store_id: str, at: str, dry_run: bool = False
+) -> Response:
+    """``mnemofs stores restore``: one transaction; the reply lists the steps taken (or, with
+    ``dry_run=true``, the steps it would take)."""
+    caller = caller_of(request)
+    admin_only(caller, "restore a memory store")
+    s = service(request)
+    steps = await run_in_threadpool(
+        s.restore_store, store_id, at, dry_run=dry_run, actor=caller.actor
+    )
+    return reply(
+        {
+            "data": [
+                {"action": x.action, "memory_id": x.memory_id, "path": x.path, "was": x.was}
+                for x in steps
+            ],
+            "dry_run": dry_run,
+        }
+    )
+
+
+@router.post("/{store_id}/fork", summary="A new store from this one as it was at a time")
+async def fork_store(request: Request, store_id: str, at: str, name: str) -> Response:
+    caller = caller_of(request)
+    admin_only(caller, "fork a memory store")
+    s = service(request)
+    return reply(await run_in_threadpool(s.fork_store, store_id, at, name=name, actor=caller.actor))

@@ -46,6 +46,7 @@ class StoreRecord:
     created_at: str
     updated_at: str
     archived_at: str | None
+    pruned_before: str | None = None  # history before this was pruned (restore refuses it)
     line: int = field(default=0, compare=False)
 
 
@@ -132,6 +133,7 @@ def check_store(record: StoreRecord) -> None:
     check_time(record, record.created_at, "created_at")
     check_time(record, record.updated_at, "updated_at")
     check_time(record, record.archived_at, "archived_at", optional=True)
+    check_time(record, record.pruned_before, "pruned_before", optional=True)
 
 
 def check_directory(record: DirectoryRecord) -> None:

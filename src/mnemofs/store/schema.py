@@ -85,6 +85,9 @@ memory_stores = Table(
     # A JSON object of string pairs (<= MAX_METADATA_PAIRS) for the caller's own bookkeeping;
     # an update merges into it and a null value deletes a key.
     Column("metadata", Text, nullable=False, server_default="{}"),
+    # History before this time is incomplete: a prune removed versions older than it (0011).
+    # Restoring or forking the store to an earlier time is refused. NULL: never pruned.
+    Column("pruned_before", Text),
 )
 
 memories = Table(

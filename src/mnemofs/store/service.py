@@ -27,6 +27,7 @@ from mnemofs.store.rows import decode_content, sha256_hex, utc_now, validate_con
 from mnemofs.store.saves import SavesMixin
 from mnemofs.store.sessions import SessionsMixin
 from mnemofs.store.stores import StoresMixin
+from mnemofs.store.timetravel import TimeTravelMixin
 from mnemofs.store.transfer import TransferMixin
 from mnemofs.store.versions import VersionsMixin
 
@@ -53,6 +54,7 @@ class MemoryService(
     TransferMixin,
     FoldersMixin,
     HistoryMixin,
+    TimeTravelMixin,
 ):
     """Stores, memories, versions and sessions over one database (one workspace).
 

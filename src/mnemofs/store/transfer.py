@@ -86,6 +86,9 @@ class TransferMixin(ServiceBase):
                     created_at=row.created_at,
                     updated_at=row.updated_at,
                     archived_at=row.archived_at,
+                    pruned_before=tx.scalar(
+                        "SELECT pruned_before FROM memory_stores WHERE id = :id", {"id": store_id}
+                    ),
                 )
             )
             directories = "SELECT path, created_at FROM directories WHERE store_id = :store"
@@ -376,9 +379,9 @@ class _Writer:
 def _insert_store(tx: Tx, store_id: str, record: StoreRecord, name: str | None) -> None:
     tx.run(
         "INSERT INTO memory_stores (id, name, description, metadata, created_at, updated_at, "
-        "archived_at, memory_count, revision, kind, owner, on_full, secrets) VALUES (:id, "
-        ":name, :description, :metadata, :created_at, :updated_at, :archived_at, 0, 0, :kind, "
-        ":owner, :on_full, :secrets)",
+        "archived_at, memory_count, revision, kind, owner, on_full, secrets, pruned_before) "
+        "VALUES (:id, :name, :description, :metadata, :created_at, :updated_at, :archived_at, "
+        "0, 0, :kind, :owner, :on_full, :secrets, :pruned_before)",
         {
             "id": store_id,
             "name": record.name if name is None else name,
@@ -391,6 +394,7 @@ def _insert_store(tx: Tx, store_id: str, record: StoreRecord, name: str | None) 
             "owner": record.owner,
             "on_full": record.on_full,
             "secrets": record.secrets,
+            "pruned_before": record.pruned_before,
         },
     )
 

@@ -200,6 +200,11 @@ class VersionsMixin(ServiceBase):
             )
             if removed:
                 _purge_search_index(tx)
+                tx.run(
+                    "UPDATE memory_stores SET pruned_before = :cutoff WHERE id = :store "
+                    "AND (pruned_before IS NULL OR pruned_before < :cutoff)",
+                    {"store": store_id, "cutoff": cutoff},
+                )
             return removed
 
         removed = self._write(run)
