@@ -346,6 +346,7 @@ class SearchHit(_Resource):
     path: str
     snippet: str
     score: float
+    mount_path: str | None = None  # a session search: where the agent finds it
 
     type = "search_hit"
 

@@ -30,8 +30,8 @@ def context_command(ctx: Context, session: str, max_words: int) -> None:
 
 
 @click.command("search")
-@click.argument("store")
-@click.argument("query")
+@click.argument("words", nargs=-1, required=True, metavar="(STORE QUERY | --session SESSION QUERY)")
+@click.option("--session", metavar="SESSION", help="Search every store the session has.")
 @click.option(
     "--limit",
     type=int,
@@ -40,13 +40,24 @@ def context_command(ctx: Context, session: str, max_words: int) -> None:
     help="At most this many hits.",
 )
 @pass_ctx
-def search_command(ctx: Context, store: str, query: str, limit: int) -> None:
-    """Find STORE's live memories holding every word of QUERY, best first, with a snippet."""
-    hits = ctx.service.search(ctx.store(store), query, limit=limit)
+def search_command(ctx: Context, words: tuple[str, ...], session: str | None, limit: int) -> None:
+    """Find live memories holding every word of QUERY, best first, with a snippet: in STORE,
+    or with --session in every store attached to SESSION (hits by their path in the mount)."""
+    if session is not None:
+        if len(words) != 1:
+            raise click.UsageError("with --session, give only the QUERY (quote it)")
+        hits = ctx.service.search_session(session, words[0], limit=limit)
+    else:
+        if len(words) != 2:
+            raise click.UsageError(
+                "give STORE and QUERY (quote the query), or --session SESSION QUERY"
+            )
+        hits = ctx.service.search(ctx.store(words[0]), words[1], limit=limit)
     emit(
         ctx,
         {"data": [h.to_dict() for h in hits]},
         lambda: print_table(
-            ["PATH", "SNIPPET"], [(h.path, " ".join(h.snippet.split())) for h in hits]
+            ["PATH", "SNIPPET"],
+            [(h.mount_path or h.path, " ".join(h.snippet.split())) for h in hits],
         ),
     )

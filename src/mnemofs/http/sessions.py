@@ -69,6 +69,19 @@ async def create_token(request: Request, session_id: str) -> Response:
     return reply(await run(request, s.create_session_token, session_id))
 
 
+@router.get(
+    "/mnemofs/v1/sessions/{session_id}/search",
+    summary="Search every store attached to a session (its own token, or an admin key)",
+)
+async def search_session(
+    request: Request, session_id: str, query: str, limit: Limit = limits.DEFAULT_SEARCH_LIMIT
+) -> Response:
+    caller = caller_of(request)
+    own_session(caller, session_id)
+    hits = await run(request, service(request).search_session, session_id, query, limit=limit)
+    return reply({"data": [h.to_dict() for h in hits]})
+
+
 @router.post(
     "/mnemofs/v1/sessions/{session_id}/end", summary="End a session: its tokens stop working"
 )

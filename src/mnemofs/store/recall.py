@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from mnemofs import limits
 from mnemofs.errors import (
     InvalidRequest,
@@ -70,6 +72,22 @@ class RecallMixin(ServiceBase):
             ]
 
         return self._read(run)
+
+    def search_session(
+        self, session_id: str, query: str, *, limit: int = limits.DEFAULT_SEARCH_LIMIT
+    ) -> list[SearchHit]:
+        """``search`` over every store attached to the session, best first across them; each
+        hit carries its path in the mount (``mount_path``), as the agent sees it."""
+        session = self._read(lambda tx: self._session(tx, session_id))
+        hits: list[SearchHit] = []
+        for attachment in session.resources:
+            mount = attachment.mount_path
+            hits += [
+                dataclasses.replace(hit, mount_path=mount + hit.path)
+                for hit in self.search(attachment.memory_store_id, query, limit=limit)
+            ]
+        hits.sort(key=lambda h: (-h.score, h.mount_path or ""))
+        return hits[:limit]
 
     def context(self, session_id: str, *, max_words: int = limits.DEFAULT_CONTEXT_WORDS) -> str:
         """The text to inject into a turn: the newest memories across the session's stores,
