@@ -94,6 +94,7 @@ BOTH_WAYS = {
     "test_same_files",
     "test_shared",
     "test_history",
+    "test_notices",
 }
 
 

@@ -90,6 +90,20 @@ class Adapter(pyfuse3.Operations):
         self.uid = owner.uid
         self.gid = owner.gid
 
+    def _refused(self, exc: Exception, what: str, ino: int, name: bytes | None = None) -> Any:
+        """The FUSEError for a refused change, noted in ``.mnemofs/refusals`` first."""
+        error = fuse_error(exc, what)
+        try:
+            node = self.fs.nodes.get(ino)
+            where = self.fs.where(node) if node is not None else "?"
+            if name is not None:
+                where = (where + "/" if where != "." else "") + os.fsdecode(name)
+            reason = getattr(exc, "message", None) or "an internal error (see the mount's log)"
+            self.fs.note_refusal(what, where, error.errno, reason)
+        except Exception:  # a note must never change what the caller gets
+            log.debug("could not note a refusal", exc_info=True)
+        return error
+
     def _may_write(self, ctx: Any, ino: int, what: str) -> None:
         self.fs.check_write(ino, what, allowed=self.owner.allows(ctx.uid, ctx.gid, ctx.pid))
 
@@ -119,7 +133,8 @@ class Adapter(pyfuse3.Operations):
         entry.st_mtime_ns = node.mtime_ns
         entry.st_ctime_ns = node.ctime_ns
         entry.entry_timeout = TIMEOUT_S
-        entry.attr_timeout = TIMEOUT_S
+        # .mnemofs/ reports grow between opens: their size is asked for every time.
+        entry.attr_timeout = 0 if node.report is not None else TIMEOUT_S
         return entry
 
     # -- lookups --------------------------------------------------------------------------------
@@ -165,7 +180,7 @@ class Adapter(pyfuse3.Operations):
             )
             return self.attrs(node)
         except Exception as exc:
-            raise fuse_error(exc, "setattr") from None
+            raise self._refused(exc, "setattr", inode) from None
 
     async def access(self, inode: int, mode: int, ctx: Any) -> bool:
         try:
@@ -216,21 +231,21 @@ class Adapter(pyfuse3.Operations):
             self._may_write(ctx, parent_inode, "mkdir")
             return self.attrs(self.fs.mkdir(parent_inode, _name(name)))
         except Exception as exc:
-            raise fuse_error(exc, "mkdir") from None
+            raise self._refused(exc, "mkdir", parent_inode, name) from None
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         try:
             self._may_write(ctx, parent_inode, "rmdir")
             self.fs.rmdir(parent_inode, _name(name))
         except Exception as exc:
-            raise fuse_error(exc, "rmdir") from None
+            raise self._refused(exc, "rmdir", parent_inode, name) from None
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         try:
             self._may_write(ctx, parent_inode, "unlink")
             self.fs.unlink(parent_inode, _name(name))
         except Exception as exc:
-            raise fuse_error(exc, "unlink") from None
+            raise self._refused(exc, "unlink", parent_inode, name) from None
 
     async def rename(
         self,
@@ -254,7 +269,7 @@ class Adapter(pyfuse3.Operations):
                 noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE),
             )
         except Exception as exc:
-            raise fuse_error(exc, "rename") from None
+            raise self._refused(exc, "rename", parent_old, name_old) from None
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -272,7 +287,7 @@ class Adapter(pyfuse3.Operations):
                 node
             )
         except Exception as exc:
-            raise fuse_error(exc, "create") from None
+            raise self._refused(exc, "create", parent_inode, name) from None
 
     async def open(self, inode: int, flags: int, ctx: Any) -> Any:
         try:
@@ -291,6 +306,8 @@ class Adapter(pyfuse3.Operations):
             # invalidated (changes from elsewhere) or flagged for the next open (rollbacks).
             return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(inode))
         except Exception as exc:
+            if write or flags & os.O_TRUNC:
+                raise self._refused(exc, "open for writing", inode) from None
             raise fuse_error(exc, "open") from None
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -303,7 +320,7 @@ class Adapter(pyfuse3.Operations):
         try:
             return self.fs.write(fh, off, buf)
         except Exception as exc:
-            raise fuse_error(exc, "write") from None
+            raise self._refused(exc, "write", self.fs.ino_of(fh)) from None
 
     def _forget_vanished(self) -> None:
         drop_entries(self.fs.take_vanished())
@@ -312,7 +329,7 @@ class Adapter(pyfuse3.Operations):
         try:
             self.fs.flush(fh)
         except Exception as exc:
-            raise fuse_error(exc, "flush") from None
+            raise self._refused(exc, "save at close", self.fs.ino_of(fh)) from None
         finally:
             self._forget_vanished()
 
@@ -320,34 +337,35 @@ class Adapter(pyfuse3.Operations):
         try:
             self.fs.fsync(fh)
         except Exception as exc:
-            raise fuse_error(exc, "fsync") from None
+            raise self._refused(exc, "save at fsync", self.fs.ino_of(fh)) from None
 
     async def release(self, fh: int) -> None:
+        ino = self.fs.ino_of(fh)
         try:
             self.fs.release(fh)
         except Exception as exc:
-            raise fuse_error(exc, "release") from None
+            raise self._refused(exc, "save at release", ino) from None
         finally:
             self._forget_vanished()
 
     # -- refused and informational --------------------------------------------------------------
 
-    def _refuse_link(self, parent: int) -> None:
+    def _refuse_link(self, parent: int, name: bytes) -> None:
         """EPERM: a memory is a regular file; EROFS first where nothing may change."""
         try:
             self.fs.check_write(parent, "link", allowed=True)
+            raise FsError(errno.EPERM, "a memory is a regular file: no links, devices or FIFOs")
         except Exception as exc:
-            raise fuse_error(exc, "link") from None
-        raise pyfuse3.FUSEError(errno.EPERM)
+            raise self._refused(exc, "link", parent, name) from None
 
     async def link(self, inode: int, new_parent: int, new_name: bytes, ctx: Any) -> Any:
-        self._refuse_link(new_parent)
+        self._refuse_link(new_parent, new_name)
 
     async def symlink(self, parent: int, name: bytes, target: bytes, ctx: Any) -> Any:
-        self._refuse_link(parent)
+        self._refuse_link(parent, name)
 
     async def mknod(self, parent: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
-        self._refuse_link(parent)
+        self._refuse_link(parent, name)
 
     async def readlink(self, inode: int, ctx: Any) -> bytes:
         raise pyfuse3.FUSEError(errno.EINVAL)

@@ -39,6 +39,7 @@ from mnemofs.fs.nodes import (
     OpenFile,
     StoreMount,
 )
+from mnemofs.fs.notices import NoticesMixin
 from mnemofs.fs.refresh import RefreshMixin
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 
-class MemoryFs(HistoryMixin, NamesMixin, RefreshMixin):
+class MemoryFs(HistoryMixin, NoticesMixin, NamesMixin, RefreshMixin):
     """The mounted session: root directory, one directory per attached store. The parts:
     ``tree.py`` (nodes, lookups, permissions), ``files.py`` (buffers and saves), ``names.py``
     (directories, unlink, renames), ``refresh.py`` (changes made elsewhere)."""

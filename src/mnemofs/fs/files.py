@@ -32,6 +32,8 @@ class FilesMixin(TreeBase):
 
     def _content_of(self, node: Node) -> bytes:
         """A file's saved bytes, from the cache or the store."""
+        if node.report is not None:  # .mnemofs/: made now, never cached
+            return self.notices.text(node.report)
         cached = self._content.get(node.ino)
         if cached is not None:
             self._content.move_to_end(node.ino)
@@ -70,8 +72,12 @@ class FilesMixin(TreeBase):
     def _new_handle(self, node: Node, writable: bool, append: bool = False) -> int:
         fh = self._next_fh
         self._next_fh += 1
-        self.handles[fh] = Handle(node, writable, append=append)
+        self.handles[fh] = Handle(node, writable, append=append, seen=node.version_id)
         return fh
+
+    def _saved_by(self, handle: Handle) -> None:
+        """After ``handle``'s save (fs/notices.py says whether it was a lost update)."""
+        handle.seen = handle.node.version_id
 
     def _handle(self, fh: int) -> Handle:
         try:
@@ -123,7 +129,7 @@ class FilesMixin(TreeBase):
     def keep_pages(self, ino: int) -> bool:
         """May the kernel keep its page cache for this open (see ``Node.stale_pages``)?"""
         node = self.node(ino)
-        keep = not node.stale_pages
+        keep = not node.stale_pages and node.report is None
         node.stale_pages = False
         return keep
 
@@ -183,6 +189,7 @@ class FilesMixin(TreeBase):
         handle = self._handle(fh)
         if handle.wrote:
             self.save(handle.node)
+            self._saved_by(handle)
 
     def release(self, fh: int) -> None:
         handle = self.handles.pop(fh, None)
@@ -195,11 +202,12 @@ class FilesMixin(TreeBase):
             return
         try:
             self.save(node)
+            self._saved_by(handle)
         finally:
             if of.opens == 0 and node.temporary:
                 node.temp_since = time.monotonic()  # left alone from now: see TEMP_GRACE_S
             elif of.opens == 0 and node.file is not None and not node.file.dirty:
-                if not node.file.unknown:
+                if not node.file.unknown and node.report is None:
                     self._cache(node, bytes(node.file.data))
                 self._drop_clean_buffer(node)
             if node.unlinked and of.opens == 0:
@@ -256,7 +264,9 @@ class FilesMixin(TreeBase):
         node.file.data[:] = saved or b""
 
     def fsync(self, fh: int) -> None:
-        self.save(self._handle(fh).node)
+        handle = self._handle(fh)
+        self.save(handle.node)
+        self._saved_by(handle)
 
     def setattr(
         self,

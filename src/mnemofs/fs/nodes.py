@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -94,6 +95,11 @@ class Node:
     # in the store's own directories.
     history: str | None = None
     history_version: str | None = None
+    # ``.mnemofs/refusals`` or ``.mnemofs/changes`` (fs/notices.py): made from the NoticeLog.
+    report: str | None = None
+    # The newest version another writer saved of this file, as this mount learned of it:
+    # (version id, who, when). A save through a descriptor that never saw it is a lost update.
+    other_version: tuple[str, str, str] | None = None
 
     @property
     def current_size(self) -> int:
@@ -111,6 +117,29 @@ class Handle:
     # its own idea of the size, which another descriptor's O_TRUNC open may have made stale
     # before this write reached us (an append there would leave a run of NUL bytes).
     append: bool = False
+    seen: str | None = None  # the version this descriptor opened (or last saved)
+
+
+class NoticeLog:
+    """The lines of ``.mnemofs/refusals`` and ``.mnemofs/changes``, newest first, bounded."""
+
+    KEPT = 200
+
+    def __init__(self) -> None:
+        self.lines: dict[str, deque[str]] = {
+            "refusals": deque(maxlen=self.KEPT),
+            "changes": deque(maxlen=self.KEPT),
+        }
+        self.nodes: dict[str, Node] = {}  # their files, once looked up
+
+    def add(self, kind: str, line: str) -> None:
+        self.lines[kind].appendleft(line)
+        node = self.nodes.get(kind)
+        if node is not None:
+            node.size = len(self.text(kind))
+
+    def text(self, kind: str) -> bytes:
+        return "".join(line + "\n" for line in self.lines[kind]).encode()
 
 
 @dataclass(frozen=True)

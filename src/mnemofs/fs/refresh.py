@@ -12,6 +12,8 @@ from mnemofs.fs.nodes import (
 )
 from mnemofs.models import Change, Memory
 
+_WHO = {"session_actor": "session ", "api_actor": "API key ", "user_actor": "user "}
+
 
 class RefreshMixin(FilesMixin):
     """Catching up with changes made elsewhere (another mount, the CLI, the API): which nodes"""
@@ -33,6 +35,7 @@ class RefreshMixin(FilesMixin):
             latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
             for change in self.service.changes(mount.store_id, mount.last_seq, limit=100_000):
                 mount.last_seq = change.seq
+                self._heard(mount, change)
                 latest.pop(change.version.memory_id, None)
                 latest[change.version.memory_id] = change
             for memory_id, change in latest.items():
@@ -44,6 +47,22 @@ class RefreshMixin(FilesMixin):
         out += [Invalidation("attrs", d.ino) for d in self.dirs_changed if not d.unlinked]
         self.dirs_changed.clear()
         return out
+
+    def _heard(self, mount: StoreMount, change: Change) -> None:
+        """A change by someone else goes into ``.mnemofs/changes``, and its file remembers it
+        (a save here through a descriptor that never saw it is a lost update)."""
+        version = change.version
+        who = version.created_by
+        if who is None or who.stored == self.actor:
+            return
+        actor = _WHO.get(who.type, "") + who.id
+        path = version.path or "(redacted)"
+        self.notices.add(
+            "changes", f"{version.created_at}  {mount.slug}{path}  {version.operation}  by {actor}"
+        )
+        node = self.by_memory.get(version.memory_id)
+        if node is not None:
+            node.other_version = (version.id, actor, version.created_at)
 
     def _knows(self, change: Change) -> bool:
         """Is ``change`` one of ours that the tree already shows? (A save whose commit outcome

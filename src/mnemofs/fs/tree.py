@@ -14,6 +14,7 @@ from mnemofs.fs.nodes import (
     Handle,
     Invalidation,
     Node,
+    NoticeLog,
     StoreMount,
     _now_ns,
     _ns,
@@ -41,6 +42,8 @@ class TreeBase:
         # go then: a change from elsewhere moves times and link counts the kernel keeps).
         self.dirs_changed: set[Node] = set()
         self._history_roots: dict[str, Node] = {}  # store id -> its .history (fs/history.py)
+        self.notices = NoticeLog()  # .mnemofs/ (fs/notices.py)
+        self._notices: Node | None = None
         self._next_ino = ROOT_INO + 1
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
@@ -134,6 +137,19 @@ class TreeBase:
             parts.append(node.name)
             node = node.parent
         return "/" + "/".join(reversed(parts))
+
+    def where(self, node: Node) -> str:
+        """A node's place below the mount root (``notes/todo.md``; ``.`` for the root)."""
+        parts: list[str] = []
+        while node.parent is not None:
+            parts.append(node.name)
+            node = node.parent
+        return "/".join(reversed(parts)) or "."
+
+    def ino_of(self, fh: int) -> int:
+        """The inode an open file handle is on (0 if there is no such handle)."""
+        handle = self.handles.get(fh)
+        return handle.node.ino if handle is not None else 0
 
     def node(self, ino: int) -> Node:
         try:

@@ -1,0 +1,144 @@
+"""``.mnemofs/refusals`` and ``.mnemofs/changes`` in a real mount (issue 19): every refusal
+explained, every change by others listed, a lost update named with where both versions are."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mnemofs.store import Engine, MemoryService
+
+from .mounted import mounted, wait_for
+
+pytestmark = pytest.mark.mounted
+
+
+@dataclass
+class Env:
+    service: MemoryService
+    notes: str
+    fixed: str
+    root: Path
+    db_url: str
+    tmp: Path
+
+    def report(self, kind: str) -> list[str]:
+        return (self.root / ".mnemofs" / kind).read_text().splitlines()
+
+
+@pytest.fixture
+def env(engine: Engine, db_url: str, tmp_path: Path) -> Iterator[Env]:
+    service = MemoryService(engine, actor="api")
+    notes = service.create_store("Notes").id
+    fixed = service.create_store("Fixed").id
+    service.create_memory(notes, "/todo.md", "one\n")
+    service.create_memory(fixed, "/f.md", "fixed\n")
+    session = service.create_session(
+        [{"memory_store_id": notes}, {"memory_store_id": fixed, "access": "read_only"}],
+        mount_root=str(tmp_path / "mnt"),
+    )
+    with mounted(db_url, session.id, tmp_path / "mnt"):
+        yield Env(service, notes, fixed, tmp_path / "mnt", db_url, tmp_path)
+    service.close()
+
+
+def errno_of(fn: object, *args: object) -> int:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except OSError as exc:
+        return exc.errno or 0
+    raise AssertionError("no error")
+
+
+def write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_hidden_and_read_only(env: Env) -> None:
+    assert ".mnemofs" not in os.listdir(env.root)
+    assert sorted(os.listdir(env.root / ".mnemofs")) == ["changes", "refusals"]
+    assert env.report("refusals") == []
+    assert errno_of(write, env.root / ".mnemofs" / "refusals", b"x") == errno.EROFS
+    assert errno_of(os.unlink, env.root / ".mnemofs" / "changes") == errno.EROFS
+
+
+def test_each_refusal_is_explained(env: Env) -> None:
+    notes, fixed = env.root / "notes", env.root / "fixed"
+    cases = [
+        (write, (fixed / "new.md", b"x"), errno.EROFS, "fixed/new.md", "read_only"),
+        (write, (notes / "big.md", b"x" * 102_401), errno.EFBIG, "notes/big.md", "100 KiB"),
+        (write, (notes / "todo.md", b"\xff\xfe"), errno.EILSEQ, "notes/todo.md", "UTF-8"),
+        (
+            write,
+            (notes / "keys.md", b"AKIAIOSFODNN7EXAMPLQ\n"),
+            errno.EACCES,
+            "notes/keys.md",
+            "AWS Access Key on line 1",
+        ),
+        (os.rename, (notes / "todo.md", fixed / "todo.md"), errno.EROFS, "notes/todo.md", ""),
+        (os.symlink, ("x", notes / "link"), errno.EPERM, "notes/link", "regular file"),
+        (os.mkdir, (notes / ".history" / "x",), errno.EROFS, "notes/.history/x", ".history"),
+    ]
+    for fn, args, code, where, words in cases:
+        assert errno_of(fn, *args) == code, (fn.__name__, args)
+        newest = env.report("refusals")[0]
+        name = errno.errorcode[code]
+        assert f"{where}" in newest, newest
+        assert f": {name}: " in newest, newest
+        assert words in newest, newest
+        assert " -> " in newest, newest  # what to do instead
+        assert "AKIAIOSFODNN7EXAMPLQ" not in newest  # never the credential itself
+    # One line each, and two for the over-size file: refused at the write and at its close.
+    assert len(env.report("refusals")) == len(cases) + 1
+    assert env.service.find_memory(env.notes, "/todo.md").content == "one\n"
+
+
+def test_refusals_are_bounded(env: Env) -> None:
+    for i in range(210):
+        assert errno_of(write, env.root / "fixed" / f"n{i}.md", b"x") == errno.EROFS
+    lines = env.report("refusals")
+    assert len(lines) == 200
+    assert "fixed/n209.md" in lines[0]  # newest first
+
+
+def test_changes_by_others_are_listed(env: Env) -> None:
+    memory = env.service.find_memory(env.notes, "/todo.md")
+    env.service.update_memory(env.notes, memory.id, content="two\n")
+    env.service.create_memory(env.notes, "/added.md", "by the API\n")
+    assert wait_for(lambda: len(env.report("changes")) == 2, timeout=3.0)
+    newest, older = env.report("changes")
+    assert "notes/added.md  created  by api" in newest
+    assert "notes/todo.md  modified  by api" in older
+    # The mount's own saves are not "others".
+    (env.root / "notes" / "mine.md").write_text("mine\n")
+    assert len(env.report("changes")) == 2
+
+
+def test_a_lost_update_is_named(env: Env) -> None:
+    """Two mounts of one store: A opens and writes, B saves the same file, A closes. A's save
+    wins (last commit is the head), both versions are kept, and A is told where."""
+    other = env.service.create_session([{"memory_store_id": env.notes}])
+    with mounted(env.db_url, other.id, env.tmp / "b"):
+        fd = os.open(env.root / "notes" / "todo.md", os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, b"from A\n")
+            (env.tmp / "b" / "notes" / "todo.md").write_text("from B\n")
+            assert wait_for(lambda: any("by session" in line for line in env.report("changes")))
+        finally:
+            os.close(fd)
+    lines = env.report("changes")
+    notice = next(line for line in lines if "LOST UPDATE?" in line)
+    assert f"by session {other.id}" not in notice  # the notice itself names them as "session"
+    assert f"session {other.id}" in notice
+    assert "notes/.history/todo.md/0002-modified-" in notice  # theirs
+    assert "notes/.history/todo.md/0003-modified-" in notice  # yours
+    assert env.service.find_memory(env.notes, "/todo.md").content == "from A\n"
+    history = env.root / "notes" / ".history" / "todo.md"
+    contents = [(history / n).read_text() for n in sorted(os.listdir(history))]
+    assert contents == ["one\n", "from B\n", "from A\n"]
