@@ -39,6 +39,7 @@ VERSION_PREFIX = "memver_"
 SESSION_PREFIX = "sess_"
 API_KEY_PREFIX = "apikey_"
 TOKEN_PREFIX = "sesstok_"
+POOL_PREFIX = "pool_"
 USER_ACTOR_PREFIX = "user:"  # how a user actor is stored (other words: service accounts)
 
 
@@ -147,8 +148,28 @@ class MemoryStore(_Resource):
     owner: str = ""  # the end user it belongs to; "" for a general store
     on_full: OnFull = "refuse"  # what a create does when the store is full
     secrets: SecretsPolicy = "refuse"  # whether a save holding a credential is refused
+    max_memories: int | None = None  # the store's own cap (None: the global limit)
+    max_content_bytes: int | None = None  # the store's own cap per memory (None: global)
+    pool_id: str | None = None  # the capacity pool it shares its capacity with
 
     type = "memory_store"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPool(_Resource):
+    """Stores sharing one capacity: at most ``max_memories`` over all of them; a create in a
+    full pool is refused, or with ``evict-lru`` evicts the pool's least recently accessed
+    memory first. ``memory_count`` is the pool's live memories now."""
+
+    id: str
+    name: str
+    max_memories: int
+    on_full: OnFull
+    created_at: str
+    memory_count: int
+    memory_store_ids: list[StoreId]
+
+    type = "capacity_pool"
 
 
 @dataclass(frozen=True, slots=True)

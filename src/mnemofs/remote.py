@@ -564,6 +564,9 @@ def _store_of(data: dict[str, Any]) -> MemoryStore:
         owner=data.get("owner", ""),
         on_full=data.get("on_full", "refuse"),
         secrets=data.get("secrets", "refuse"),
+        max_memories=data.get("max_memories"),
+        max_content_bytes=data.get("max_content_bytes"),
+        pool_id=data.get("pool_id"),
     )
 
 

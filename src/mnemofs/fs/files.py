@@ -110,7 +110,7 @@ class FilesMixin(TreeBase):
         if not temporary and self._store_full(mount):
             raise FsError(
                 errno.ENOSPC,
-                f"store {mount.name!r} holds {limits.MAX_MEMORIES_PER_STORE} memories, the limit",
+                f"store {mount.name!r} holds {mount.max_memories} memories, its limit",
             )
         node = self._new_node(name, parent, False)
         self._entries_changed(parent)
@@ -124,7 +124,7 @@ class FilesMixin(TreeBase):
     def _store_full(mount: StoreMount) -> bool:
         """By the count last seen: a create that races another mount is refused by the store
         at its save (ENOSPC at close) instead. A store that evicts is never full."""
-        return not mount.evicts and mount.count >= limits.MAX_MEMORIES_PER_STORE
+        return not mount.evicts and mount.count >= mount.max_memories
 
     def keep_pages(self, ino: int) -> bool:
         """May the kernel keep its page cache for this open (see ``Node.stale_pages``)?"""
@@ -167,13 +167,12 @@ class FilesMixin(TreeBase):
             offset = len(buf)
             node.stale_pages = True  # the kernel cached these bytes at its own offset
         end = offset + len(data)
-        if end > limits.MAX_CONTENT_BYTES:
+        cap = limits.MAX_CONTENT_BYTES if node.mount is None else node.mount.max_bytes
+        if end > cap:
             node.file.failed = errno.EFBIG
             node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
-            raise FsError(
-                errno.EFBIG,
-                f"{self.path(node)!r} would be {end} bytes, over {limits.MAX_CONTENT_BYTES}",
-            )
+            own = "" if cap == limits.MAX_CONTENT_BYTES else " (the store's own cap)"
+            raise FsError(errno.EFBIG, f"{self.path(node)!r} would be {end} bytes, over {cap}{own}")
         if offset > len(buf):
             buf.extend(b"\0" * (offset - len(buf)))
         buf[offset:end] = data

@@ -47,6 +47,8 @@ class StoreMount:
     revision: int = -1
     last_seq: int = 0
     count: int = 0  # memories in the store, as last seen (the store itself has the last word)
+    max_memories: int = 10_000  # the store's cap (its own, else the global limit)
+    max_bytes: int = 102_400  # the store's cap on one memory (its own, else the global one)
     root: Node | None = None
 
     @property

@@ -88,6 +88,8 @@ class TreeBase:
         mount.last_seq = snap.last_seq
         mount.archived = snap.store.archived_at is not None
         mount.count = snap.store.memory_count
+        mount.max_memories = snap.store.max_memories or limits.MAX_MEMORIES_PER_STORE
+        mount.max_bytes = snap.store.max_content_bytes or limits.MAX_CONTENT_BYTES
         now = _now_ns()
         root = Node(self._next_ino, mount.slug, self.root, True, mount, now, now)
         self._next_ino += 1

@@ -43,6 +43,7 @@ from mnemofs.paths import (
     parent_prefix,
     prefix_upper_bound,
 )
+from mnemofs.store import eviction
 from mnemofs.store.engine import Engine
 from mnemofs.store.rows import (
     _MEMORY_COLS,
@@ -50,9 +51,9 @@ from mnemofs.store.rows import (
     _VERSION_COLS,
     ACCESS_FLUSH_S,
     CHANGES_CHANNEL,
-    EVICT_ACTOR,
     SEARCH_BATCH,
     SEARCH_TRAIL_S,
+    StoreLock,
     _access,
     _catch_up_search,
     _memory,
@@ -174,15 +175,15 @@ class ServiceBase:
         *,
         room_for: str | None = None,
         archived_ok: bool = False,
-    ) -> str:
+    ) -> StoreLock:
         """The first statement of every change to a store's memories or directories: lock the
         store's row, refuse an archived store (unless ``archived_ok``: a delete through the
-        API) and, with ``room_for``, a full one; count the change. One UPDATE on the happy
-        path; the reason is looked up only on refusal. Returns the store's secrets policy (for
-        ``_screen``)."""
+        API) and, with ``room_for``, a full one (its own cap, then its capacity pool's); count
+        the change. One UPDATE on the happy path; the reason is looked up only on refusal.
+        Returns what ``_screen`` needs (the secrets policy and the size cap)."""
         return self._change_store_row(
             tx, store_id, count_delta, room_for=room_for, archived_ok=archived_ok
-        )[0]
+        )
 
     def _change_store_row(
         self,
@@ -192,8 +193,8 @@ class ServiceBase:
         *,
         room_for: str | None = None,
         archived_ok: bool = False,
-    ) -> tuple[str, int]:
-        """``_change_store``, also returning the store's memory count after the change."""
+    ) -> StoreLock:
+        """``_change_store`` (the same: kept for the callers that read the count)."""
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
             "revision = revision + 1 WHERE id = :id"
@@ -201,40 +202,38 @@ class ServiceBase:
         if not archived_ok:
             sql += " AND archived_at IS NULL"
         if room_for is not None:
-            sql += " AND memory_count < :max"
+            sql += " AND memory_count < COALESCE(max_memories, :max)"
+        returned = "secrets, memory_count, max_content_bytes, pool_id, max_memories"
         if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
-            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), secrets, memory_count"
+            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), {returned}"
         else:
-            sql += " RETURNING secrets, memory_count"
+            sql += f" RETURNING {returned}"
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
         changed = tx.one(sql, params)
         if changed is not None:
-            return str(changed.secrets), int(changed.memory_count)
+            lock = StoreLock(
+                str(changed.secrets),
+                int(changed.memory_count),
+                changed.max_content_bytes,
+                changed.pool_id,
+                changed.max_memories,
+            )
+            if room_for is not None and lock.pool_id is not None and count_delta > 0:
+                eviction.pool_room(self, tx, lock.pool_id, room_for)
+            return lock
         row = self._lock_store(tx, store_id)  # NotFound or StoreArchived
-        if room_for is not None and row.on_full == "evict-lru" and self._evict_lru(tx, store_id):
+        if (
+            room_for is not None
+            and row.on_full == "evict-lru"
+            and eviction.evict_lru(self, tx, store_id)
+        ):
             return self._change_store_row(tx, store_id, count_delta, room_for=room_for)
+        cap = row.max_memories if row.max_memories is not None else limits.MAX_MEMORIES_PER_STORE
+        own = "its own cap" if row.max_memories is not None else "the limit"
         raise StoreFull(
             f"memory store {row.name!r} ({store_id}) already holds {row.memory_count} "
-            f"memories, the limit; cannot create {room_for!r}"
+            f"memories, {own} of {cap}; cannot create {room_for!r}"
         )
-
-    def _evict_lru(self, tx: Tx, store_id: str) -> bool:
-        """Delete the store's least recently accessed memory (a 'deleted' version by actor
-        'evict'); False if there is none. The store is locked and full."""
-        self._flush_accesses(tx)  # this process's reads count before choosing
-        victim = tx.one(
-            "SELECT id, path FROM memories WHERE store_id = :store "
-            "ORDER BY COALESCE(accessed_at, updated_at), id LIMIT 1",
-            {"store": store_id},
-        )
-        if victim is None:
-            return False
-        self._remove_memory(tx, store_id, victim, EVICT_ACTOR, utc_now(), keep_directory=False)
-        tx.run(
-            "UPDATE memory_stores SET memory_count = memory_count - 1 WHERE id = :id",
-            {"id": store_id},
-        )
-        return True
 
     def note_access(self, store_id: str, memory_id: str) -> None:
         """Count a read of a memory (the mount calls this at open). Costs a dict write; the

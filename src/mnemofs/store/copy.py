@@ -32,6 +32,7 @@ from mnemofs.store.sql import Database, Tx
 PAGE = 500
 # Parents before children (foreign keys).
 TABLES = (
+    "capacity_pools",
     "memory_stores",
     "directories",
     "memories",

@@ -19,6 +19,7 @@ from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import MnemofsError, PathConflict
 from mnemofs.paths import validate_path
+from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import _MEMORY_COLS, _screen, utc_now
 from mnemofs.store.sql import Tx
@@ -65,7 +66,11 @@ class FoldersMixin(ServiceBase):
         a memory of ``store_id``; see the module docstring."""
 
         def run(tx: Tx) -> list[FileOut]:
-            policy, count = self._change_store_row(tx, store_id)
+            policy = self._change_store_row(tx, store_id)
+            count = policy.memory_count
+            cap = limits.MAX_MEMORIES_PER_STORE
+            if policy.max_memories is not None:
+                cap = policy.max_memories
             outcomes: list[FileOut] = []
             created = 0
             for item in files():
@@ -90,10 +95,10 @@ class FoldersMixin(ServiceBase):
                         self._apply_update(tx, store_id, row, path, content, actor)
                         outcomes.append(FileOut(path, "modified"))
                         continue
-                    if count + created >= limits.MAX_MEMORIES_PER_STORE:
-                        raise _Skip(
-                            f"the store is full ({limits.MAX_MEMORIES_PER_STORE:,} memories)"
-                        )
+                    if count + created >= cap:
+                        raise _Skip(f"the store is full ({cap:,} memories)")
+                    if policy.pool_id is not None:  # the pool decides (and may evict)
+                        eviction.pool_room(self, tx, policy.pool_id, path, adding=created + 1)
                     self._check_path_free(tx, store_id, path)
                     _screen(policy, store_id, path, content.text)
                     self._insert_memory(tx, store_id, path, content, actor)

@@ -47,6 +47,8 @@ class StoreRecord:
     updated_at: str
     archived_at: str | None
     pruned_before: str | None = None  # history before this was pruned (restore refuses it)
+    max_memories: int | None = None  # the store's own caps (issue 20)
+    max_content_bytes: int | None = None
     line: int = field(default=0, compare=False)
 
 

@@ -10,11 +10,12 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import (
+    ContentTooLarge,
     InvalidRequest,
     SecretDetected,
 )
@@ -59,7 +60,7 @@ _VERSION_COLS = (
 
 _STORE_COLS = (
     "id, name, description, metadata, created_at, updated_at, archived_at, memory_count, kind, "
-    "owner, on_full, secrets"
+    "owner, on_full, secrets, max_memories, max_content_bytes, pool_id"
 )
 
 
@@ -267,6 +268,9 @@ def _store(row: Any) -> MemoryStore:
         owner=row.owner,
         on_full=row.on_full,
         secrets=row.secrets,
+        max_memories=row.max_memories,
+        max_content_bytes=row.max_content_bytes,
+        pool_id=row.pool_id,
     )
 
 
@@ -306,9 +310,37 @@ def _validate_secrets(policy: object) -> SecretsPolicy:
     return policy  # type: ignore[return-value,unused-ignore]
 
 
-def _screen(policy: str, store_id: str, path: str, content: str, known: str | None = None) -> None:
-    """Refuse ``content`` for ``path`` if the store refuses secrets and it holds one (in the
-    lines it adds to ``known``, the content it replaces)."""
+class StoreLock(NamedTuple):
+    """What locking a store for a change tells about it (``ServiceBase._change_store_row``):
+    its secrets policy, its memory count after the change, its own cap on a memory's size and
+    its capacity pool."""
+
+    secrets: str
+    memory_count: int
+    max_content_bytes: int | None = None
+    pool_id: str | None = None
+    max_memories: int | None = None
+
+    def has_room(self) -> bool:
+        """One more memory fits, by this store's cap alone, and no pool has a say."""
+        cap = limits.MAX_MEMORIES_PER_STORE if self.max_memories is None else self.max_memories
+        return self.pool_id is None and self.memory_count < cap
+
+
+def _screen(
+    policy: str | StoreLock, store_id: str, path: str, content: str, known: str | None = None
+) -> None:
+    """Refuse ``content`` for ``path`` if it breaks the store's own rules: over its size cap, or
+    holding a credential where the store refuses them (in the lines it adds to ``known``, the
+    content it replaces)."""
+    if isinstance(policy, StoreLock):
+        cap = policy.max_content_bytes
+        if cap is not None and len(content) > cap // 4 and len(content.encode()) > cap:
+            raise ContentTooLarge(
+                f"{path}: {len(content.encode())} bytes is over the cap of store {store_id}: "
+                f"{cap} bytes per memory ('mnemofs stores update STORE --max-content-bytes N')"
+            )
+        policy = policy.secrets
     if policy != "refuse":
         return
     findings = find_secrets(content, known=known)

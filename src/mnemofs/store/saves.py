@@ -4,7 +4,6 @@ over a target (with folds), directory moves.
 
 from __future__ import annotations
 
-from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
@@ -23,6 +22,7 @@ from mnemofs.paths import (
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
     _MEMORY_COLS,
+    StoreLock,
     _placeholders,
     _screen,
     utc_now,
@@ -57,10 +57,11 @@ class SavesMixin(ServiceBase):
             # holds the database's write lock already, so the store is counted once, after
             # the lookup (a create's one UPDATE instead of two).
             locked = None if tx.dialect == "sqlite" else self._change_store_row(tx, store_id)
-            policy = None if locked is None else locked[0]
+            policy: StoreLock | None = locked
             # The stored content is read only for the secrets screen (what the save adds):
             # whether anything changed is a comparison of hashes.
-            cols = _MEMORY_COLS + (", content" if policy != "allow" else "")
+            screened = policy is None or policy.secrets != "allow"
+            cols = _MEMORY_COLS + (", content" if screened else "")
             row = None
             if memory_id is not None:
                 row = tx.one(
@@ -77,7 +78,7 @@ class SavesMixin(ServiceBase):
                 if new.sha256 != row.content_sha256:
                     _screen(policy, store_id, row.path, new.text, getattr(row, "content", None))
                 return self._apply_update(tx, store_id, row, row.path, new, actor), False
-            if locked is not None and locked[1] < limits.MAX_MEMORIES_PER_STORE:
+            if locked is not None and locked.has_room():
                 # Locked with room: the count goes out with the inserts (one round trip).
                 tx.run(
                     "UPDATE memory_stores SET memory_count = memory_count + 1 WHERE id = :id",

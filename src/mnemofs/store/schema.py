@@ -88,6 +88,25 @@ memory_stores = Table(
     # History before this time is incomplete: a prune removed versions older than it (0011).
     # Restoring or forking the store to an earlier time is refused. NULL: never pruned.
     Column("pruned_before", Text),
+    # The store's own limits, below the global ones (0012): NULL means the global limit.
+    Column("max_memories", Integer),
+    Column("max_content_bytes", Integer),
+    # The capacity pool the store shares its capacity with (0012); NULL: none.
+    Column("pool_id", Text, ForeignKey("capacity_pools.id"), index=True),
+)
+
+capacity_pools = Table(
+    "capacity_pools",
+    metadata,
+    # Stores that share one capacity (seed 001: an agent's general store and every end user's):
+    # at most ``max_memories`` live memories over all of them. A create in a full pool is
+    # refused, or with 'evict-lru' first deletes the least recently accessed memory of the
+    # whole pool (a 'deleted' version by 'evict'), in the same transaction.
+    Column("id", Text, primary_key=True),  # pool_<ULID>
+    Column("name", Text, nullable=False),
+    Column("max_memories", Integer, nullable=False),
+    Column("on_full", Text, nullable=False, server_default="refuse"),
+    Column("created_at", Text, nullable=False),
 )
 
 memories = Table(

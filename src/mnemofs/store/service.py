@@ -22,6 +22,7 @@ from mnemofs.store.folders import FoldersMixin
 from mnemofs.store.history import HistoryMixin
 from mnemofs.store.journals import JournalMixin
 from mnemofs.store.memories import MemoriesMixin
+from mnemofs.store.pools import PoolsMixin
 from mnemofs.store.recall import RecallMixin, prompt_note
 from mnemofs.store.rows import decode_content, sha256_hex, utc_now, validate_content
 from mnemofs.store.saves import SavesMixin
@@ -55,6 +56,7 @@ class MemoryService(
     FoldersMixin,
     HistoryMixin,
     TimeTravelMixin,
+    PoolsMixin,
 ):
     """Stores, memories, versions and sessions over one database (one workspace).
 

@@ -24,6 +24,7 @@ from mnemofs.models import (
     new_id,
 )
 from mnemofs.store.base import ServiceBase
+from mnemofs.store.pools import validate_cap
 from mnemofs.store.rows import (
     _STORE_COLS,
     _decode_cursor,
@@ -57,6 +58,8 @@ class StoresMixin(ServiceBase):
         on_full: OnFull = "refuse",
         secrets: SecretsPolicy = "refuse",
         metadata: Mapping[str, str] | None = None,
+        max_memories: int | None = None,
+        max_content_bytes: int | None = None,
     ) -> MemoryStore:
         """A new store with ``metadata`` (string pairs for the caller's bookkeeping);
         ``kind='journal'`` makes a turn journal (see ``append_journal``); ``owner`` gives it to
@@ -70,6 +73,10 @@ class StoresMixin(ServiceBase):
         on_full = _validate_on_full(on_full)
         secrets = _validate_secrets(secrets)
         pairs = _validate_metadata(metadata)
+        max_memories = validate_cap(max_memories, "max_memories", limits.MAX_MEMORIES_PER_STORE)
+        max_content_bytes = validate_cap(
+            max_content_bytes, "max_content_bytes", limits.MAX_CONTENT_BYTES
+        )
         now = utc_now()
         store = MemoryStore(
             id=StoreId(new_id(STORE_PREFIX)),
@@ -84,14 +91,17 @@ class StoresMixin(ServiceBase):
             owner=owner,
             on_full=on_full,
             secrets=secrets,
+            max_memories=max_memories,
+            max_content_bytes=max_content_bytes,
         )
 
         def run(tx: Tx) -> MemoryStore:
             tx.run(
                 "INSERT INTO memory_stores (id, name, description, metadata, created_at, "
-                "updated_at, archived_at, memory_count, revision, kind, owner, on_full, secrets) "
-                "VALUES (:id, :name, :description, :metadata, :created_at, :updated_at, NULL, 0, "
-                "0, :kind, :owner, :on_full, :secrets)",
+                "updated_at, archived_at, memory_count, revision, kind, owner, on_full, secrets, "
+                "max_memories, max_content_bytes) VALUES (:id, :name, :description, :metadata, "
+                ":created_at, :updated_at, NULL, 0, 0, :kind, :owner, :on_full, :secrets, "
+                ":max_memories, :max_content_bytes)",
                 {
                     "id": store.id,
                     "name": name,
@@ -103,6 +113,8 @@ class StoresMixin(ServiceBase):
                     "owner": owner,
                     "on_full": on_full,
                     "secrets": secrets,
+                    "max_memories": max_memories,
+                    "max_content_bytes": max_content_bytes,
                 },
             )
             return store
@@ -192,9 +204,21 @@ class StoresMixin(ServiceBase):
         on_full: OnFull | None = None,
         secrets: SecretsPolicy | None = None,
         metadata: Mapping[str, str | None] | None = None,
+        max_memories: int | None = None,
+        max_content_bytes: int | None = None,
+        evict: bool = False,
     ) -> MemoryStore:
         """Change what is given; ``metadata`` merges into the store's (a ``None`` value deletes
-        that key). Giving nothing returns the store unchanged."""
+        that key). Giving nothing returns the store unchanged. A cap (``max_memories``,
+        ``max_content_bytes``; 0 removes one) under what the store holds is refused, unless it
+        evicts and ``evict`` is given (see ``pools.py``)."""
+        caps = {"max_memories": max_memories, "max_content_bytes": max_content_bytes}
+        for key, most in (
+            ("max_memories", limits.MAX_MEMORIES_PER_STORE),
+            ("max_content_bytes", limits.MAX_CONTENT_BYTES),
+        ):
+            if caps[key] != 0:
+                validate_cap(caps[key], key, most)
         if on_full is not None:
             on_full = _validate_on_full(on_full)
         if secrets is not None:
@@ -206,14 +230,24 @@ class StoresMixin(ServiceBase):
 
         def run(tx: Tx) -> MemoryStore:
             row = self._lock_store(tx, store_id)
-            if all(v is None for v in (name, description, on_full, secrets, metadata)):
+            if all(v is None for v in (name, description, on_full, secrets, metadata)) and all(
+                v is None for v in caps.values()
+            ):
                 return _store(row)
+            new_caps = {
+                key: (row._asdict()[key] if value is None else (value or None))
+                for key, value in caps.items()
+            }
+            self._cap_store(  # type: ignore[attr-defined]
+                tx, row, new_caps["max_memories"], new_caps["max_content_bytes"], evict
+            )
             pairs = json.loads(row.metadata)
             if metadata is not None:
                 pairs = _validate_metadata(metadata, pairs)
             tx.run(
                 "UPDATE memory_stores SET name = :name, description = :description, "
                 "metadata = :metadata, on_full = :on_full, secrets = :secrets, updated_at = :now, "
+                "max_memories = :max_memories, max_content_bytes = :max_content_bytes, "
                 "revision = revision + 1 WHERE id = :id",
                 {
                     "name": row.name if name is None else name,
@@ -223,6 +257,7 @@ class StoresMixin(ServiceBase):
                     "secrets": row.secrets if secrets is None else secrets,
                     "now": utc_now(),
                     "id": store_id,
+                    **new_caps,
                 },
             )
             self._notify(tx, store_id)

@@ -89,6 +89,8 @@ class TransferMixin(ServiceBase):
                     pruned_before=tx.scalar(
                         "SELECT pruned_before FROM memory_stores WHERE id = :id", {"id": store_id}
                     ),
+                    max_memories=row.max_memories,
+                    max_content_bytes=row.max_content_bytes,
                 )
             )
             directories = "SELECT path, created_at FROM directories WHERE store_id = :store"
@@ -379,9 +381,10 @@ class _Writer:
 def _insert_store(tx: Tx, store_id: str, record: StoreRecord, name: str | None) -> None:
     tx.run(
         "INSERT INTO memory_stores (id, name, description, metadata, created_at, updated_at, "
-        "archived_at, memory_count, revision, kind, owner, on_full, secrets, pruned_before) "
-        "VALUES (:id, :name, :description, :metadata, :created_at, :updated_at, :archived_at, "
-        "0, 0, :kind, :owner, :on_full, :secrets, :pruned_before)",
+        "archived_at, memory_count, revision, kind, owner, on_full, secrets, pruned_before, "
+        "max_memories, max_content_bytes) VALUES (:id, :name, :description, :metadata, "
+        ":created_at, :updated_at, :archived_at, 0, 0, :kind, :owner, :on_full, :secrets, "
+        ":pruned_before, :max_memories, :max_content_bytes)",
         {
             "id": store_id,
             "name": record.name if name is None else name,
@@ -395,6 +398,8 @@ def _insert_store(tx: Tx, store_id: str, record: StoreRecord, name: str | None) 
             "on_full": record.on_full,
             "secrets": record.secrets,
             "pruned_before": record.pruned_before,
+            "max_memories": record.max_memories,
+            "max_content_bytes": record.max_content_bytes,
         },
     )
 
