@@ -24,6 +24,7 @@ from mnemofs.cli.journal import journal
 from mnemofs.cli.keys import keys
 from mnemofs.cli.memories import memories
 from mnemofs.cli.mounting import mount, sync, umount
+from mnemofs.cli.pools import pools
 from mnemofs.cli.recall import context_command, search_command
 from mnemofs.cli.serving import serve_command
 from mnemofs.cli.sessions import sessions
@@ -67,6 +68,7 @@ cli.add_command(search_command)
 cli.add_command(journal)
 cli.add_command(db)
 cli.add_command(keys)
+cli.add_command(pools)
 cli.add_command(serve_command)
 
 

@@ -34,6 +34,9 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
                 ("owner", store.owner),
                 ("on_full", store.on_full),
                 ("secrets", store.secrets),
+                ("max_memories", store.max_memories or "(the global limit)"),
+                ("max_content_bytes", store.max_content_bytes or "(the global limit)"),
+                ("pool", store.pool_id or ""),
                 ("metadata", ", ".join(f"{k}={v}" for k, v in store.metadata.items())),
                 ("memories", store.memory_count),
                 ("created_at", store.created_at),
@@ -78,6 +81,10 @@ def show_store(ctx: Context, store: MemoryStore) -> None:
 @click.option(
     "--metadata", "pairs", multiple=True, metavar="KEY=VALUE", help="A metadata pair (repeatable)."
 )
+@click.option("--max-memories", type=int, help="The store's own cap (below 10,000).")
+@click.option(
+    "--max-content-bytes", type=int, help="The store's own cap per memory (below 102,400)."
+)
 @pass_ctx
 def stores_create(
     ctx: Context,
@@ -88,6 +95,8 @@ def stores_create(
     on_full: Any,
     secrets: Any,
     pairs: tuple[str, ...],
+    max_memories: int | None,
+    max_content_bytes: int | None,
 ) -> None:
     """Create a store named NAME."""
     ctx.may_create = True
@@ -99,6 +108,8 @@ def stores_create(
         on_full=on_full,
         secrets=secrets,
         metadata={k: v for k, v in _pairs(pairs).items() if v is not None},
+        max_memories=max_memories,
+        max_content_bytes=max_content_bytes,
     )
     show_store(ctx, store)
 
@@ -156,6 +167,13 @@ def stores_show(ctx: Context, store: str) -> None:
     "--metadata", "pairs", multiple=True, metavar="KEY=VALUE", help="Set a metadata pair."
 )
 @click.option("--unset-metadata", "unset", multiple=True, metavar="KEY", help="Remove a key.")
+@click.option("--max-memories", type=int, help="The store's own cap (0: the global limit).")
+@click.option(
+    "--max-content-bytes", type=int, help="The store's own cap per memory (0: the global one)."
+)
+@click.option(
+    "--evict", is_flag=True, help="A lower --max-memories in an evict-lru store evicts the excess."
+)
 @pass_ctx
 def stores_update(
     ctx: Context,
@@ -166,8 +184,14 @@ def stores_update(
     secrets: Any,
     pairs: tuple[str, ...],
     unset: tuple[str, ...],
+    max_memories: int | None,
+    max_content_bytes: int | None,
+    evict: bool,
 ) -> None:
-    """Rename a store, change its description, metadata, capacity or secrets policy."""
+    """Rename a store, change its description, metadata, capacity, caps or secrets policy.
+
+    A cap under what the store holds is refused (a lower --max-memories in an evict-lru store
+    says how many it would evict; add --evict to evict them now)."""
     store_id = ctx.store(store)
     show_store(
         ctx,
@@ -178,6 +202,9 @@ def stores_update(
             on_full=on_full,
             secrets=secrets,
             metadata=_pairs(pairs, unset) if pairs or unset else None,
+            max_memories=max_memories,
+            max_content_bytes=max_content_bytes,
+            evict=evict,
         ),
     )
 

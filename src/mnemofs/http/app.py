@@ -30,7 +30,7 @@ from starlette.responses import Response
 
 from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
-from mnemofs.http import memories, mounts, sessions, stores, transfer
+from mnemofs.http import memories, mounts, pools, sessions, stores, transfer
 from mnemofs.http.access import authenticate
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.models import new_ulid
@@ -230,7 +230,7 @@ def create_app(service: MemoryService) -> FastAPI:
     )
     app.state.service = service
     app.state.run = store_runner(service)
-    for module in (mounts, memories, stores, sessions, transfer):
+    for module in (mounts, memories, stores, sessions, transfer, pools):
         # One flat route table (an included router is matched as a level of its own, which
         # cost ~0.1 ms a request here), the busiest routes first: every save of a remote
         # mount, then memories; each route tried before the right one costs ~3 µs.

@@ -14,6 +14,9 @@ class StoreCreate(BaseModel):
     name: str = Field(description="1-255 characters.")
     description: str = Field("", description="Shown to the agent; at most 1,024 characters.")
     metadata: dict[str, str] | None = Field(None, description="At most 16 string pairs.")
+    # mnemofs's own (issue 20): caps below the global limits.
+    max_memories: int | None = Field(None, description="The store's own cap on memories.")
+    max_content_bytes: int | None = Field(None, description="The store's own cap per memory.")
 
 
 class StoreUpdate(BaseModel):
@@ -22,6 +25,9 @@ class StoreUpdate(BaseModel):
     metadata: dict[str, str | None] | None = Field(
         None, description="Merged into the store's; a null value deletes that key."
     )
+    max_memories: int | None = Field(None, description="The store's own cap; 0 removes it.")
+    max_content_bytes: int | None = Field(None, description="Per memory; 0 removes it.")
+    evict: bool = Field(False, description="A lower cap of an evict-lru store evicts the excess.")
 
 
 class Precondition(BaseModel):
@@ -62,3 +68,13 @@ class SessionCreate(BaseModel):
 
 class KeyCreate(BaseModel):
     name: str = Field(description="What the key is for; 1-255 characters.")
+
+
+class PoolCreate(BaseModel):
+    name: str
+    max_memories: int = Field(description="Live memories over every store of the pool.")
+    on_full: Literal["refuse", "evict-lru"] = "refuse"
+
+
+class PoolStores(BaseModel):
+    memory_store_ids: list[str] = Field(max_length=10_000)

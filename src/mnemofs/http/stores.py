@@ -39,7 +39,15 @@ async def create_store(request: Request, body: StoreCreate) -> Response:
     s = service(request)
     admin_only(caller, "create a memory store")
     return reply(
-        await run(request, s.create_store, body.name, body.description, metadata=body.metadata)
+        await run(
+            request,
+            s.create_store,
+            body.name,
+            body.description,
+            metadata=body.metadata,
+            max_memories=body.max_memories,
+            max_content_bytes=body.max_content_bytes,
+        )
     )
 
 
@@ -93,6 +101,9 @@ async def update_store(request: Request, store_id: str, body: StoreUpdate) -> Re
             name=body.name,
             description=body.description,
             metadata=body.metadata,
+            max_memories=body.max_memories,
+            max_content_bytes=body.max_content_bytes,
+            evict=body.evict,
         )
     )
 

@@ -1,0 +1,181 @@
+"""Per-store caps and capacity pools (issue 20): refusals name the cap, a full evicting pool
+evicts its least recently accessed memory wherever it is, and concurrent creates never
+overshoot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mnemofs.errors import Conflict, ContentTooLarge, InvalidRequest, StoreFull
+from mnemofs.store import MemoryService
+
+
+def test_store_caps(service: MemoryService) -> None:
+    store = service.create_store("Small", max_memories=2, max_content_bytes=10).id
+    assert service.get_store(store).max_content_bytes == 10
+    service.create_memory(store, "/a.md", "0123456789")
+    with pytest.raises(ContentTooLarge, match="cap of store .*: 10 bytes"):
+        service.create_memory(store, "/b.md", "0123456789x")
+    with pytest.raises(ContentTooLarge, match="10 bytes"):
+        service.save_file(store, "/a.md", "0123456789x")
+    service.create_memory(store, "/b.md", "b")
+    with pytest.raises(StoreFull, match="its own cap of 2"):
+        service.create_memory(store, "/c.md", "c")
+    # Caps are never lowered under what the store holds.
+    with pytest.raises(Conflict, match="holds 2 memories: a cap of 1 would evict 1"):
+        service.update_store(store, max_memories=1)
+    with pytest.raises(Conflict, match="'/a.md' of 10 bytes"):
+        service.update_store(store, max_content_bytes=5)
+    with pytest.raises(InvalidRequest, match="between 1 and 10,000"):
+        service.create_store("Big", max_memories=10_001)
+    # An evicting store says how many would go, and evicts them when asked.
+    service.update_store(store, on_full="evict-lru")
+    with pytest.raises(Conflict, match="would evict 1; pass evict=True"):
+        service.update_store(store, max_memories=1)
+    service.get_memory(store, service.find_memory(store, "/b.md").id)  # /b.md is read: kept
+    service.flush_accesses()
+    time.sleep(0.002)
+    assert service.update_store(store, max_memories=1, evict=True).memory_count == 1
+    assert [m.path for m in service.list_memories(store)] == ["/b.md"]
+    assert service.update_store(store, max_memories=0, max_content_bytes=0).max_memories is None
+    assert service.check().ok
+
+
+def test_a_refusing_pool(service: MemoryService) -> None:
+    general = service.create_store("General").id
+    alice = service.create_store("Alice", owner="alice").id
+    pool = service.create_pool("agent-1", 3)
+    service.set_pool([general, alice], pool.id)
+    service.create_memory(general, "/g.md", "general")
+    service.create_memory(alice, "/a1.md", "a1")
+    service.create_memory(alice, "/a2.md", "a2")
+    with pytest.raises(StoreFull, match="capacity pool 'agent-1' .* already holds 3"):
+        service.create_memory(general, "/g2.md", "one too many")
+    assert service.get_pool(pool.id).memory_count == 3
+    other = service.create_store("Other").id
+    service.create_memory(other, "/o.md", "o")
+    with pytest.raises(Conflict, match="would add 1"):
+        service.set_pool([other], pool.id)
+    with pytest.raises(Conflict, match="would evict 1"):
+        service.update_pool(pool.id, max_memories=2)
+    assert service.check().ok
+
+
+def test_an_evicting_pool_evicts_across_stores(service: MemoryService) -> None:
+    general = service.create_store("General").id
+    users = [service.create_store(f"User {i}", owner=f"u{i}").id for i in range(3)]
+    pool = service.create_pool("agent-2", 4, on_full="evict-lru")
+    service.set_pool([general, *users], pool.id)
+    first = service.create_memory(users[0], "/oldest.md", "least recently accessed")
+    time.sleep(0.002)
+    kept = service.create_memory(users[1], "/read.md", "read often")
+    for i in range(2):
+        time.sleep(0.002)
+        service.create_memory(general, f"/g{i}.md", f"g{i}")
+    time.sleep(0.002)
+    service.get_memory(users[1], kept.id)  # recently accessed: not the victim
+    service.flush_accesses()
+    time.sleep(0.002)
+    service.create_memory(users[2], "/new.md", "the fifth")  # the pool is full: evicts
+    assert service.get_pool(pool.id).memory_count == 4
+    gone = list(service.list_versions(users[0], memory_id=first.id))
+    assert gone[0].operation == "deleted"
+    assert gone[0].created_by is not None
+    assert gone[0].created_by.id == "evict"
+    assert service.get_store(users[0]).memory_count == 0
+    # Lowering the capacity evicts the excess when asked.
+    assert service.update_pool(pool.id, max_memories=2, evict=True).memory_count == 2
+    assert service.check().ok
+
+
+def test_pool_search_by_end_user(service: MemoryService) -> None:
+    general = service.create_store("General").id
+    alice = service.create_store("Alice", owner="alice").id
+    bob = service.create_store("Bob", owner="bob").id
+    pool = service.create_pool("agent", 100)
+    service.set_pool([general, alice, bob], pool.id)
+    service.create_memory(general, "/policy.md", "status updates are weekly")
+    service.create_memory(alice, "/prefs.md", "prefers concise status updates")
+    service.create_memory(bob, "/prefs.md", "prefers long status updates")
+    everyone = service.search_pool(pool.id, "status updates")
+    assert {h.memory_store_id for h in everyone} == {general, alice, bob}
+    for_alice = service.search_pool(pool.id, "status updates", user="alice")
+    assert {h.memory_store_id for h in for_alice} == {general, alice}
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from mnemofs.errors import StoreFull
+    from mnemofs.store import MemoryService, make_engine
+    url, store, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+    service = MemoryService(make_engine(url), actor="api")
+    made = 0
+    for i in range(15):
+        try:
+            service.create_memory(store, f"/{tag}-{i}.md", f"{tag} {i}")
+            made += 1
+        except StoreFull:
+            pass
+    print(made)
+    service.close()
+    """
+)
+
+
+@pytest.mark.parametrize("on_full", ["refuse", "evict-lru"])
+def test_concurrent_creates_never_overshoot(
+    service: MemoryService, db_url: str, on_full: str
+) -> None:
+    stores = [service.create_store(f"S{i}", owner=f"u{i}").id for i in range(4)]
+    pool = service.create_pool("shared", 20, on_full=on_full)  # type: ignore[arg-type]
+    service.set_pool(stores, pool.id)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, db_url, store, f"w{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, store in enumerate(stores)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outputs]
+    made = sum(int(out) for out, _ in outputs)
+    assert service.get_pool(pool.id).memory_count == 20
+    live = sum(len(list(service.list_memories(s, limit=100))) for s in stores)
+    assert live == 20
+    assert made == (60 if on_full == "evict-lru" else 20)
+    assert service.check().ok
+
+
+def test_cli_caps_and_pools(tmp_path: object) -> None:
+    db = f"{tmp_path}/m.db"
+
+    def mnemofs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mnemofs", "--db", db, *args], capture_output=True, text=True
+        )
+
+    assert mnemofs("stores", "create", "General", "--max-content-bytes", "10240").returncode == 0
+    assert mnemofs("stores", "create", "Alice", "--owner", "alice").returncode == 0
+    done = mnemofs(
+        "--json", "pools", "create", "agent", "--max-memories", "500", "--on-full", "evict-lru"
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["type"] == "capacity_pool"
+    assert mnemofs("pools", "add", "agent", "General", "Alice").returncode == 0
+    shown = json.loads(mnemofs("--json", "pools", "show", "agent").stdout)
+    assert len(shown["memory_store_ids"]) == 2
+    big = mnemofs("memories", "create", "General", "/big.md", "--content", "x" * 10_241)
+    assert big.returncode == 5
+    assert "10240 bytes" in big.stderr
+    store = json.loads(mnemofs("--json", "stores", "show", "General").stdout)
+    assert store["max_content_bytes"] == 10240
+    assert store["pool_id"] == shown["id"]
