@@ -183,13 +183,8 @@ class PoolsMixin(ServiceBase):
                 {"id": pool.id},
             )
         )
-        hits: list[SearchHit] = []
-        for row in stores:
-            if user is not None and row.owner not in ("", user):
-                continue
-            hits += self.search(row.id, query, limit=limit)  # type: ignore[attr-defined]
-        hits.sort(key=lambda h: (-h.score, h.memory_store_id, h.path))
-        return hits[:limit]
+        wanted = [r.id for r in stores if user is None or r.owner in ("", user)]
+        return self.search_stores(wanted, query, limit=limit)  # type: ignore[attr-defined, no-any-return]
 
     def _pool(self, tx: Tx, pool_id: str, *, lock: bool = False) -> CapacityPool:
         sql = (

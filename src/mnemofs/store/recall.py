@@ -33,41 +33,54 @@ class RecallMixin(ServiceBase):
         with a snippet. Lexical (no stemming). On SQLite the index trails saves (migration
         0009) and a search first takes every noted change in, so it never finds deleted or
         replaced content; redaction only ever touches past versions, which are not searched."""
+        return self.search_stores([store_id], query, limit=limit)
+
+    def search_stores(
+        self, store_ids: list[str], query: str, *, limit: int = limits.DEFAULT_SEARCH_LIMIT
+    ) -> list[SearchHit]:
+        """``search`` over several stores at once, best first across them (one query: the
+        index and its ranking are shared by every store)."""
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {query!r}")
         words = _SEARCH_WORD.findall(query)
         if not words:
             raise InvalidRequest(f"the query {query!r} has no words to search for")
         limit = _validate_limit(limit)
+        if not store_ids:
+            return []
         self.catch_up_search()
+        inside, params = _placeholders("s", list(store_ids))
 
         def run(tx: Tx) -> list[SearchHit]:
-            self._store_row(tx, store_id)
+            for store_id in store_ids:
+                self._store_row(tx, store_id)
             if tx.dialect == "sqlite":
                 match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
                 rows = tx.all(
-                    "SELECT m.id, m.path, bm25(memories_fts, 2.0, 1.0) AS score, "
+                    "SELECT m.id, m.store_id, m.path, bm25(memories_fts, 2.0, 1.0) AS score, "
                     "snippet(memories_fts, 1, '[', ']', '…', 16) AS snippet "
                     "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-                    "WHERE memories_fts MATCH :match AND m.store_id = :store "
+                    f"WHERE memories_fts MATCH :match AND m.store_id IN ({inside}) "
                     f"ORDER BY score, m.path LIMIT {limit}",
-                    {"match": match, "store": store_id},
+                    {"match": match, **params},
                 )
                 return [
-                    SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet, -float(r.score))
+                    SearchHit(
+                        MemoryId(r.id), StoreId(r.store_id), r.path, r.snippet, -float(r.score)
+                    )
                     for r in rows
                 ]
             rows = tx.all(
-                "SELECT m.id, m.path, ts_rank(m.search_vector, q) AS score, "
+                "SELECT m.id, m.store_id, m.path, ts_rank(m.search_vector, q) AS score, "
                 "ts_headline('simple', m.content, q, 'StartSel=[, StopSel=], MaxWords=16, "
                 "MinWords=5, FragmentDelimiter=…') AS snippet "
                 "FROM memories m, plainto_tsquery('simple', :query) q "
-                "WHERE m.store_id = :store AND m.search_vector @@ q "
+                f"WHERE m.store_id IN ({inside}) AND m.search_vector @@ q "
                 f"ORDER BY score DESC, m.path LIMIT {limit}",
-                {"query": " ".join(words), "store": store_id},
+                {"query": " ".join(words), **params},
             )
             return [
-                SearchHit(MemoryId(r.id), StoreId(store_id), r.path, r.snippet, float(r.score))
+                SearchHit(MemoryId(r.id), StoreId(r.store_id), r.path, r.snippet, float(r.score))
                 for r in rows
             ]
 
@@ -79,15 +92,9 @@ class RecallMixin(ServiceBase):
         """``search`` over every store attached to the session, best first across them; each
         hit carries its path in the mount (``mount_path``), as the agent sees it."""
         session = self._read(lambda tx: self._session(tx, session_id))
-        hits: list[SearchHit] = []
-        for attachment in session.resources:
-            mount = attachment.mount_path
-            hits += [
-                dataclasses.replace(hit, mount_path=mount + hit.path)
-                for hit in self.search(attachment.memory_store_id, query, limit=limit)
-            ]
-        hits.sort(key=lambda h: (-h.score, h.mount_path or ""))
-        return hits[:limit]
+        mounts = {a.memory_store_id: a.mount_path for a in session.resources}
+        hits = self.search_stores(list(mounts), query, limit=limit)
+        return [dataclasses.replace(h, mount_path=mounts[h.memory_store_id] + h.path) for h in hits]
 
     def context(self, session_id: str, *, max_words: int = limits.DEFAULT_CONTEXT_WORDS) -> str:
         """The text to inject into a turn: the newest memories across the session's stores,
