@@ -179,3 +179,22 @@ def test_cli_caps_and_pools(tmp_path: object) -> None:
     store = json.loads(mnemofs("--json", "stores", "show", "General").stdout)
     assert store["max_content_bytes"] == 10240
     assert store["pool_id"] == shown["id"]
+
+
+def test_python_api(service: MemoryService) -> None:
+    from mnemofs.api import Workspace
+
+    ws = Workspace(service)
+    general = ws.memory_stores.create(name="General", max_content_bytes=10_240)
+    alice = ws.memory_stores.create(name="Alice", owner="alice", max_memories=100)
+    assert (general.max_content_bytes, alice.max_memories) == (10_240, 100)
+    pool = ws.capacity_pools.create(name="agent", max_memories=500, on_full="evict-lru")
+    added = ws.capacity_pools.add_stores(pool.id, [general.id, alice.id])
+    assert added is not None
+    assert sorted(added.memory_store_ids) == sorted([general.id, alice.id])
+    ws.memory_stores.memories.create(alice.id, path="/p.md", content="concise please")
+    assert [h.path for h in ws.capacity_pools.search(pool.id, "concise", user_id="alice")] == [
+        "/p.md"
+    ]
+    assert ws.capacity_pools.search(pool.id, "concise", user_id="bob") == []
+    assert ws.memory_stores.update(general.id, max_content_bytes=0).max_content_bytes is None

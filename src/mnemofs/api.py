@@ -20,12 +20,15 @@ from typing import Any
 
 from mnemofs import limits
 from mnemofs.models import (
+    CapacityPool,
     Deleted,
     Memory,
     MemoryPrefix,
     MemoryStore,
     MemoryVersion,
+    OnFull,
     Page,
+    SearchHit,
     Session,
     SessionToken,
     StoreKind,
@@ -157,8 +160,21 @@ class MemoryStores:
         description: str = "",
         metadata: Mapping[str, str] | None = None,
         kind: StoreKind = "memory",
+        owner: str = "",
+        max_memories: int | None = None,
+        max_content_bytes: int | None = None,
     ) -> MemoryStore:
-        return self._s.create_store(name, description, kind=kind, metadata=metadata)
+        """A new store; ``max_memories``/``max_content_bytes`` are its own caps, below the
+        global limits."""
+        return self._s.create_store(
+            name,
+            description,
+            kind=kind,
+            owner=owner,
+            metadata=metadata,
+            max_memories=max_memories,
+            max_content_bytes=max_content_bytes,
+        )
 
     def retrieve(self, memory_store_id: str) -> MemoryStore:
         return self._s.get_store(memory_store_id)
@@ -170,9 +186,19 @@ class MemoryStores:
         name: str | None = None,
         description: str | None = None,
         metadata: Mapping[str, str | None] | None = None,
+        max_memories: int | None = None,
+        max_content_bytes: int | None = None,
+        evict: bool = False,
     ) -> MemoryStore:
+        """Change what is given; a cap of 0 removes it (see ``MemoryService.update_store``)."""
         return self._s.update_store(
-            memory_store_id, name=name, description=description, metadata=metadata
+            memory_store_id,
+            name=name,
+            description=description,
+            metadata=metadata,
+            max_memories=max_memories,
+            max_content_bytes=max_content_bytes,
+            evict=evict,
         )
 
     def list(
@@ -249,6 +275,51 @@ class Sessions:
         return prompt_note(self._s.get_session(session_id))
 
 
+class CapacityPools:
+    """Stores sharing one capacity (see ``mnemofs.store.pools``)."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._s = service
+
+    def create(self, *, name: str, max_memories: int, on_full: OnFull = "refuse") -> CapacityPool:
+        return self._s.create_pool(name, max_memories, on_full=on_full)
+
+    def retrieve(self, pool_id: str) -> CapacityPool:
+        return self._s.get_pool(pool_id)
+
+    def list(self) -> builtins.list[CapacityPool]:
+        return self._s.list_pools()
+
+    def add_stores(self, pool_id: str, memory_store_ids: Iterable[str]) -> CapacityPool | None:
+        return self._s.set_pool(builtins.list(memory_store_ids), pool_id)
+
+    def remove_stores(self, memory_store_ids: Iterable[str]) -> None:
+        self._s.set_pool(builtins.list(memory_store_ids), None)
+
+    def update(
+        self,
+        pool_id: str,
+        *,
+        max_memories: int | None = None,
+        on_full: OnFull | None = None,
+        evict: bool = False,
+    ) -> CapacityPool:
+        return self._s.update_pool(pool_id, max_memories=max_memories, on_full=on_full, evict=evict)
+
+    def delete(self, pool_id: str) -> None:
+        self._s.delete_pool(pool_id)
+
+    def search(
+        self,
+        pool_id: str,
+        query: str,
+        *,
+        user_id: str | None = None,
+        limit: int = limits.DEFAULT_SEARCH_LIMIT,
+    ) -> builtins.list[SearchHit]:
+        return self._s.search_pool(pool_id, query, user=user_id, limit=limit)
+
+
 class Workspace:
     """One database: every store, memory, version and session in it."""
 
@@ -256,6 +327,7 @@ class Workspace:
         self.service = service
         self.memory_stores = MemoryStores(service)
         self.sessions = Sessions(service)
+        self.capacity_pools = CapacityPools(service)
 
     def close(self) -> None:
         self.service.close()
