@@ -175,3 +175,12 @@ def run(
     if user:
         argv = ("runuser", "-u", user, "--", *argv)
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=check)
+
+
+def errno_of(fn: object, *args: object) -> int:
+    """The errno ``fn(*args)`` fails with; 0 if it does not fail."""
+    try:
+        fn(*args)  # type: ignore[operator]
+    except OSError as exc:
+        return exc.errno or 0
+    return 0

@@ -15,7 +15,7 @@ import pytest
 
 from mnemofs.store import Engine, MemoryService
 
-from .mounted import mounted, wait_for
+from .mounted import errno_of, mounted, wait_for
 
 pytestmark = pytest.mark.mounted
 
@@ -54,14 +54,6 @@ def env(engine: Engine, db_url: str, tmp_path: Path) -> Iterator[Env]:
     with mounted(db_url, session.id, mnt):
         yield Env(service, store, mnt / "notes", mnt / "fixed")
     service.close()
-
-
-def errno_of(fn: object, *args: object) -> int:
-    try:
-        fn(*args)  # type: ignore[operator]
-    except OSError as exc:
-        return exc.errno or 0
-    raise AssertionError("no error")
 
 
 def test_hidden_from_every_walk_reachable_by_path(env: Env) -> None:

@@ -19,7 +19,7 @@ import pytest
 from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService, make_engine
 
-from .mounted import Daemon, mounted, run, versions, wait_for
+from .mounted import Daemon, errno_of, mounted, run, versions, wait_for
 
 pytestmark = pytest.mark.mounted
 
@@ -73,14 +73,6 @@ def env(db_url: str, engine: Engine, tmp_path: Path) -> Iterator[Env]:
             daemon,
         )
     service.close()
-
-
-def errno_of(fn: object, *args: object) -> int:
-    try:
-        fn(*args)  # type: ignore[operator]
-    except OSError as exc:
-        return exc.errno or 0
-    return 0
 
 
 # -- layout and reading -----------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 from mnemofs.store import Engine, MemoryService
 
-from .mounted import mounted, wait_for
+from .mounted import errno_of, mounted, wait_for
 
 pytestmark = pytest.mark.mounted
 
@@ -45,14 +45,6 @@ def env(engine: Engine, db_url: str, tmp_path: Path) -> Iterator[Env]:
     with mounted(db_url, session.id, tmp_path / "mnt"):
         yield Env(service, notes, fixed, tmp_path / "mnt", db_url, tmp_path)
     service.close()
-
-
-def errno_of(fn: object, *args: object) -> int:
-    try:
-        fn(*args)  # type: ignore[operator]
-    except OSError as exc:
-        return exc.errno or 0
-    raise AssertionError("no error")
 
 
 def write(path: Path, data: bytes) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .mounted import wait_for
-from .test_mount import Env, env, errno_of
+from .mounted import errno_of, wait_for
+from .test_mount import Env, env
 
 __all__ = ["env"]  # the fixture, used by name
 

@@ -390,11 +390,14 @@ class ServiceBase:
         path: str,
         new: Content,
         actor: str | None,
+        *,
+        memory_id: str | None = None,
     ) -> Memory:
-        """The rows of a new memory and its 'created' version (store counted, path checked)."""
+        """The rows of a new memory and its 'created' version (store counted, path checked);
+        ``memory_id``: a deleted memory made again under its own id (a restore)."""
         content, sha, size = new.text, new.sha256, new.size
         now = utc_now()
-        memory_id = MemoryId(new_id(MEMORY_PREFIX))
+        memory_id = MemoryId(memory_id or new_id(MEMORY_PREFIX))
         version_id = self._write_version(
             tx,
             store_id=store_id,

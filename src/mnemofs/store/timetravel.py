@@ -213,37 +213,9 @@ class TimeTravelMixin(ServiceBase):
                 row = now[step.memory_id]
                 self._apply_update(tx, store_id, row, memory.path, memory.content, actor)
             elif step.action == "recreate":
-                self._recreate(tx, store_id, memory, actor, stamp)
-
-    def _recreate(self, tx: Tx, store_id: str, memory: _Then, actor: str | None, now: str) -> None:
-        content = memory.content
-        version_id = self._write_version(
-            tx,
-            store_id=store_id,
-            memory_id=memory.memory_id,
-            operation="created",
-            path=memory.path,
-            content=content.text,
-            sha=content.sha256,
-            size=content.size,
-            now=now,
-            actor=actor,
-        )
-        tx.run(
-            "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
-            "created_at, updated_at, head_version_id, accessed_at) VALUES (:id, :store, :path, "
-            ":content, :sha, :size, :now, :now, :version, :now)",
-            {
-                "id": memory.memory_id,
-                "store": store_id,
-                "path": memory.path,
-                "content": content.text,
-                "sha": content.sha256,
-                "size": content.size,
-                "now": now,
-                "version": version_id,
-            },
-        )
+                self._insert_memory(
+                    tx, store_id, memory.path, memory.content, actor, memory_id=memory.memory_id
+                )
 
 
 def _moment(at: str | datetime) -> str:
