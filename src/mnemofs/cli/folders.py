@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import click
 
@@ -27,9 +28,16 @@ def _folder(directory: str) -> Folder:
     return Folder(top or "/", name)
 
 
-def folder_files(folder: Folder, prefix: str, *, include_hidden: bool) -> Iterator[FileIn]:
+def folder_files(
+    folder: Folder,
+    prefix: str,
+    *,
+    include_hidden: bool,
+    progress: Callable[[int], None] = lambda n: None,
+) -> Iterator[FileIn]:
     """The folder's files as the store will see them, in path order, then its empty
-    directories; what cannot be read comes with the reason."""
+    directories; what cannot be read comes with the reason. ``progress`` hears how many
+    files were read."""
     dirs: list[str] = []
     hidden: list[str] | None = None if include_hidden else []
     found, refused = folder.scan(dirs=dirs, hidden=hidden)
@@ -39,7 +47,8 @@ def folder_files(folder: Folder, prefix: str, *, include_hidden: bool) -> Iterat
         yield FileIn(
             prefix + path[1:], problem="hidden (its name starts with '.'): see --include-hidden"
         )
-    for path, st in sorted(found.items()):
+    for n, (path, st) in enumerate(sorted(found.items()), 1):
+        progress(n)
         target = prefix + path[1:]
         try:
             target.encode()
@@ -96,11 +105,13 @@ def memories_import(
     folder = _folder(directory)
     if not folder.exists():
         raise click.UsageError(f"{directory!r} is not a directory (or is a symbolic link)")
-    outcomes = ctx.service.import_files(
-        store_id,
-        lambda: folder_files(folder, prefix, include_hidden=include_hidden),
-        dry_run=dry_run,
-    )
+    total = len(folder.scan(hidden=None if include_hidden else [])[0]) if sys.stderr.isatty() else 0
+    with progress("importing", total) as at:
+        outcomes = ctx.service.import_files(
+            store_id,
+            lambda: folder_files(folder, prefix, include_hidden=include_hidden, progress=at),
+            dry_run=dry_run,
+        )
     counts: Counter[str] = Counter(o.verdict for o in outcomes)
     if ctx.as_json:
         data = [{"path": o.path, "verdict": o.verdict, "reason": o.reason} for o in outcomes]
