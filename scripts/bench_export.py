@@ -31,7 +31,7 @@ SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 # Runs one CLI command in this process and prints its peak RSS (KiB) last.
 _MEASURED = """
-import resource, sys
+import sys
 sys.path.insert(0, {src!r})
 from mnemofs.cli import main
 try:
@@ -39,7 +39,9 @@ try:
 except SystemExit as exc:
     if exc.code not in (0, None):
         raise
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over execve from the parent.
+with open("/proc/self/status") as status:
+    print(next(l.split()[1] for l in status if l.startswith("VmHWM:")), file=sys.stderr)
 """
 
 
