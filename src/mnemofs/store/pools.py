@@ -13,8 +13,6 @@ recently accessed first); a store's size cap below its largest memory is refused
 
 from __future__ import annotations
 
-from typing import Any
-
 from mnemofs import limits
 from mnemofs.errors import Conflict, InvalidRequest, NotFound
 from mnemofs.models import POOL_PREFIX, CapacityPool, OnFull, SearchHit, StoreId, new_id
@@ -208,40 +206,3 @@ class PoolsMixin(ServiceBase):
             memory_count=sum(s.memory_count for s in stores),
             memory_store_ids=[StoreId(s.id) for s in stores],
         )
-
-    def _cap_store(
-        self,
-        tx: Tx,
-        row: Any,
-        max_memories: int | None,
-        max_content_bytes: int | None,
-        evict: bool,
-    ) -> None:
-        """Check new caps of the locked store ``row`` against what it holds (see the module
-        docstring); evicts the excess when asked and allowed."""
-        if max_memories is not None and row.memory_count > max_memories:
-            excess = row.memory_count - max_memories
-            if row.on_full != "evict-lru" or not evict:
-                how = (
-                    "pass evict=True (--evict) to evict them now, least recently accessed first"
-                    if row.on_full == "evict-lru"
-                    else "delete memories first"
-                )
-                raise Conflict(
-                    f"store {row.name!r} holds {row.memory_count} memories: a cap of "
-                    f"{max_memories} would evict {excess}; {how}"
-                )
-            for _ in range(excess):
-                eviction.evict_lru(self, tx, row.id)
-        if max_content_bytes is not None:
-            big = tx.one(
-                "SELECT path, size_bytes FROM memories WHERE store_id = :id "
-                "AND size_bytes > :cap ORDER BY size_bytes DESC LIMIT 1",
-                {"id": row.id, "cap": max_content_bytes},
-            )
-            if big is not None:
-                raise Conflict(
-                    f"store {row.name!r} holds {big.path!r} of {big.size_bytes} bytes: a cap of "
-                    f"{max_content_bytes} bytes per memory is under it (shorten or delete it "
-                    "first)"
-                )

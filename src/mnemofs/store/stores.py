@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from datetime import datetime
+from typing import Any
 
 from mnemofs import limits
 from mnemofs.errors import (
@@ -23,6 +24,7 @@ from mnemofs.models import (
     StoreKind,
     new_id,
 )
+from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.pools import validate_cap
 from mnemofs.store.rows import (
@@ -238,9 +240,7 @@ class StoresMixin(ServiceBase):
                 key: (row._asdict()[key] if value is None else (value or None))
                 for key, value in caps.items()
             }
-            self._cap_store(  # type: ignore[attr-defined]
-                tx, row, new_caps["max_memories"], new_caps["max_content_bytes"], evict
-            )
+            self._cap_store(tx, row, new_caps["max_memories"], new_caps["max_content_bytes"], evict)
             pairs = json.loads(row.metadata)
             if metadata is not None:
                 pairs = _validate_metadata(metadata, pairs)
@@ -311,3 +311,40 @@ class StoresMixin(ServiceBase):
 
         self._write(run)
         self._clear_wal()
+
+    def _cap_store(
+        self,
+        tx: Tx,
+        row: Any,
+        max_memories: int | None,
+        max_content_bytes: int | None,
+        evict: bool,
+    ) -> None:
+        """Check new caps of the locked store ``row`` against what it holds (see the module
+        docstring); evicts the excess when asked and allowed."""
+        if max_memories is not None and row.memory_count > max_memories:
+            excess = row.memory_count - max_memories
+            if row.on_full != "evict-lru" or not evict:
+                how = (
+                    "pass evict=True (--evict) to evict them now, least recently accessed first"
+                    if row.on_full == "evict-lru"
+                    else "delete memories first"
+                )
+                raise Conflict(
+                    f"store {row.name!r} holds {row.memory_count} memories: a cap of "
+                    f"{max_memories} would evict {excess}; {how}"
+                )
+            for _ in range(excess):
+                eviction.evict_lru(self, tx, row.id)
+        if max_content_bytes is not None:
+            big = tx.one(
+                "SELECT path, size_bytes FROM memories WHERE store_id = :id "
+                "AND size_bytes > :cap ORDER BY size_bytes DESC LIMIT 1",
+                {"id": row.id, "cap": max_content_bytes},
+            )
+            if big is not None:
+                raise Conflict(
+                    f"store {row.name!r} holds {big.path!r} of {big.size_bytes} bytes: a cap of "
+                    f"{max_content_bytes} bytes per memory is under it (shorten or delete it "
+                    "first)"
+                )
