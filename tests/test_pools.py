@@ -198,3 +198,31 @@ def test_python_api(service: MemoryService) -> None:
     ]
     assert ws.capacity_pools.search(pool.id, "concise", user_id="bob") == []
     assert ws.memory_stores.update(general.id, max_content_bytes=0).max_content_bytes is None
+
+
+@pytest.mark.mounted
+def test_a_mount_refuses_by_the_stores_own_caps(
+    service: MemoryService, db_url: str, tmp_path: object
+) -> None:
+    import errno
+    import os
+    from pathlib import Path
+
+    from .mounted import errno_of, mounted
+
+    store = service.create_store("Small", max_memories=1, max_content_bytes=10).id
+    root = Path(str(tmp_path)) / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+
+    def write(path: Path, data: bytes) -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+
+    with mounted(db_url, session.id, root):
+        write(root / "small" / "a.md", b"0123456789")
+        assert errno_of(write, root / "small" / "b.md", b"x") == errno.ENOSPC
+        assert errno_of(write, root / "small" / "a.md", b"0123456789x") == errno.EFBIG
+        refusals = (root / ".mnemofs" / "refusals").read_text()
+        assert "(the store's own cap)" in refusals
+        assert not os.path.exists(root / "small" / "b.md")
+    assert service.find_memory(store, "/a.md").content == "0123456789"
