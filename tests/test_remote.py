@@ -212,7 +212,7 @@ def test_reads_noted_for_one_store_never_touch_another(
 ) -> None:
     """A token may name any memory id in the reads it reports; only its own store's count."""
     w = World(engine)
-    theirs = w.service.find_memory(w.theirs, "/secret.md")
+    theirs = w.service.find_memory(w.theirs, "/secret.md", count_access=False)
 
     def accessed(memory_id: str) -> object:
         return w.service._read(
