@@ -181,20 +181,6 @@ class ServiceBase:
         API) and, with ``room_for``, a full one (its own cap, then its capacity pool's); count
         the change. One UPDATE on the happy path; the reason is looked up only on refusal.
         Returns what ``_screen`` needs (the secrets policy and the size cap)."""
-        return self._change_store_row(
-            tx, store_id, count_delta, room_for=room_for, archived_ok=archived_ok
-        )
-
-    def _change_store_row(
-        self,
-        tx: Tx,
-        store_id: str,
-        count_delta: int = 0,
-        *,
-        room_for: str | None = None,
-        archived_ok: bool = False,
-    ) -> StoreLock:
-        """``_change_store`` (the same: kept for the callers that read the count)."""
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
             "revision = revision + 1 WHERE id = :id"
@@ -227,7 +213,7 @@ class ServiceBase:
             and row.on_full == "evict-lru"
             and eviction.evict_lru(self, tx, store_id)
         ):
-            return self._change_store_row(tx, store_id, count_delta, room_for=room_for)
+            return self._change_store(tx, store_id, count_delta, room_for=room_for)
         cap = row.max_memories if row.max_memories is not None else limits.MAX_MEMORIES_PER_STORE
         own = "its own cap" if row.max_memories is not None else "the limit"
         raise StoreFull(

@@ -1,6 +1,6 @@
 """Making room when a store or a capacity pool is full (``evict-lru``), or saying why not.
 
-Called from ``ServiceBase._change_store_row`` inside the create's transaction, with the store
+Called from ``ServiceBase._change_store`` inside the create's transaction, with the store
 locked (and, for a pool, the pool's row locked here first on PostgreSQL, so concurrent creates
 in different stores of one pool queue on it and never overshoot its capacity).
 """
@@ -51,7 +51,7 @@ def pool_room(
         service._remove_memory(
             tx, victim.store_id, victim, EVICT_ACTOR, utc_now(), keep_directory=False
         )
-        service._change_store_row(tx, victim.store_id, -1)
+        service._change_store(tx, victim.store_id, -1)
         total -= 1
 
 

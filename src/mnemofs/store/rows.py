@@ -311,7 +311,7 @@ def _validate_secrets(policy: object) -> SecretsPolicy:
 
 
 class StoreLock(NamedTuple):
-    """What locking a store for a change tells about it (``ServiceBase._change_store_row``):
+    """What locking a store for a change tells about it (``ServiceBase._change_store``):
     its secrets policy, its memory count after the change, its own cap on a memory's size and
     its capacity pool."""
 
