@@ -346,3 +346,26 @@ def test_a_journal_round_trips(service: MemoryService, tmp_path: Path) -> None:
     assert got == want
     service.append_journal(copy.id, '{"turn": 3}\n')  # the copy goes on as a journal
     assert service.check().ok
+
+
+def test_keep_ids_with_a_memory_over_several_pages(
+    service: MemoryService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Versions are written a page at a time: a memory whose versions span pages is one
+    memory of this import, not an id taken by someone else."""
+    from mnemofs.store import transfer
+
+    monkeypatch.setattr(transfer, "PAGE", 3)
+    sid = service.create_store("Long").id
+    memory = service.create_memory(sid, "/a.md", "v0\n")
+    for i in range(1, 8):
+        service.update_memory(sid, memory.id, content=f"v{i}\n")
+    before = state(service, sid, ids=True)
+    file = tmp_path / "long.jsonl"
+    export_file(service, sid, file)
+    target = empty_like(service, tmp_path)
+    try:
+        assert import_file(target, file, keep_ids=True).id == sid
+        assert state(target, sid, ids=True) == before
+    finally:
+        target.close()

@@ -286,8 +286,13 @@ class _Writer:
         self.versions += len(batch)
         if self.ids.keep:
             self._refuse_taken(batch, "memory_versions", "id", [r.id for r in batch])
+            # A memory's versions may span pages: only another store's versions count.
             self._refuse_taken(
-                batch, "memory_versions", "memory_id", sorted({r.memory_id for r in batch})
+                batch,
+                "memory_versions",
+                "memory_id",
+                sorted({r.memory_id for r in batch}),
+                other_stores=True,
             )
         ids = self.ids
         self.tx.many(
@@ -362,10 +367,21 @@ class _Writer:
                 )
         raise BadRecord("a memory's head is not one of its live versions in this export")
 
-    def _refuse_taken(self, batch: list[Any], table: str, column: str, values: list[str]) -> None:
+    def _refuse_taken(
+        self,
+        batch: list[Any],
+        table: str,
+        column: str,
+        values: list[str],
+        *,
+        other_stores: bool = False,
+    ) -> None:
         inside, params = _placeholders("v", values)
+        elsewhere = " AND store_id <> :store" if other_stores else ""
         taken = self.tx.one(
-            f"SELECT {column} AS taken FROM {table} WHERE {column} IN ({inside}) LIMIT 1", params
+            f"SELECT {column} AS taken FROM {table} WHERE {column} IN ({inside}){elsewhere} "
+            "LIMIT 1",
+            {**params, "store": self.store_id},
         )
         if taken is not None:
             record = next(
