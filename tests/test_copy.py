@@ -25,7 +25,13 @@ def workspace(path: Path) -> tuple[MemoryService, dict[str, str]]:
     sid = make_history(service)
     other = service.create_store("Journal", kind="journal").id
     service.append_journal(other, '{"turn": 1}\n')
+    for name in ("a", "b", "c", "d", "e"):  # pages of composite keys (store_id, path)
+        service.make_directory(sid, f"/dirs/{name}")
     session = service.create_session([{"memory_store_id": sid}], mount_root="/mnt/x")
+    for _ in range(3):  # (session_id, position) keys over several pages
+        service.create_session(
+            [{"memory_store_id": sid}, {"memory_store_id": other}], mount_root="/mnt/y"
+        )
     token = service.create_session_token(session.id).token
     key = service.create_api_key("admin").key
     return service, {"store": sid, "session": session.id, "token": token, "key": key}
