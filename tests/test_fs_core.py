@@ -278,3 +278,15 @@ def test_the_content_cache_is_bounded_in_bytes(
     assert len(fs._content) == 3  # the newest three files of 3,000 bytes
     fs.unlink(notes.ino, "c9.md")
     assert fs._content_bytes == sum(len(v) for v in fs._content.values())
+
+
+def test_notice_log_size_follows_its_text() -> None:
+    """The size ``stat`` shows for ``.mnemofs/refusals`` is kept line by line, also once the
+    oldest lines drop out (the kernel reads no further than it)."""
+    from mnemofs.fs.nodes import NoticeLog
+
+    log = NoticeLog()
+    for i in range(NoticeLog.KEPT + 50):
+        log.add("refusals", f"line {i} ✓ " + "x" * (i % 7))
+        assert log.sizes["refusals"] == len(log.text("refusals"))
+    assert len(log.lines["refusals"]) == NoticeLog.KEPT

@@ -133,12 +133,18 @@ class NoticeLog:
             "changes": deque(maxlen=self.KEPT),
         }
         self.nodes: dict[str, Node] = {}  # their files, once looked up
+        self.sizes = dict.fromkeys(self.lines, 0)  # bytes of each text, kept as lines come and go
 
     def add(self, kind: str, line: str) -> None:
-        self.lines[kind].appendleft(line)
+        """Called for every change a mount hears: costs the line, never the whole text."""
+        lines = self.lines[kind]
+        if len(lines) == lines.maxlen:
+            self.sizes[kind] -= len(lines[-1].encode()) + 1  # the oldest line drops out
+        lines.appendleft(line)
+        self.sizes[kind] += len(line.encode()) + 1
         node = self.nodes.get(kind)
         if node is not None:
-            node.size = len(self.text(kind))
+            node.size = self.sizes[kind]
 
     def text(self, kind: str) -> bytes:
         return "".join(line + "\n" for line in self.lines[kind]).encode()

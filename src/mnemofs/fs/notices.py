@@ -65,7 +65,7 @@ class NoticesMixin(FilesMixin):
             for kind in self.notices.lines:
                 node = self._new_node(kind, folder, False, now)
                 node.report = kind
-                node.size = len(self.notices.text(kind))
+                node.size = self.notices.sizes[kind]
                 self.notices.nodes[kind] = node
             self._notices = folder
         return self._notices
