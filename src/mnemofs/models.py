@@ -96,6 +96,9 @@ _ACTOR_ID_FIELD: dict[str, str] = {
 }
 
 
+_ACTOR_LABEL = {"session_actor": "session ", "api_actor": "API key ", "user_actor": "user "}
+
+
 @dataclass(frozen=True, slots=True)
 class Actor:
     """Who wrote or redacted a version: a session (a mount, sync or session token), an API key,
@@ -124,6 +127,11 @@ class Actor:
             return None
         kind = data["type"]
         return cls(kind, data[_ACTOR_ID_FIELD[kind]])
+
+    @property
+    def label(self) -> str:
+        """For people: ``session sess_...``, ``API key apikey_...``, ``user alice``, ``cli``."""
+        return _ACTOR_LABEL.get(self.type, "") + self.id
 
     @property
     def stored(self) -> str:

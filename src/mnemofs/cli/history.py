@@ -9,10 +9,14 @@ import click
 from mnemofs.cli.common import Context, pass_ctx
 from mnemofs.cli.stores import show_store
 
+AT = click.option(
+    "--at", "at", required=True, metavar="TIME", help="RFC 3339, e.g. 2026-12-01T09:30Z."
+)
+
 
 @click.command("restore")
 @click.argument("store")
-@click.option("--at", "at", required=True, metavar="TIME", help="RFC 3339, e.g. 2026-12-01T09:30Z.")
+@AT
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @pass_ctx
 def store_restore(ctx: Context, store: str, at: str, dry_run: bool) -> None:
@@ -35,7 +39,7 @@ def store_restore(ctx: Context, store: str, at: str, dry_run: bool) -> None:
 
 @click.command("fork")
 @click.argument("store")
-@click.option("--at", "at", required=True, metavar="TIME", help="RFC 3339, e.g. 2026-12-01T09:30Z.")
+@AT
 @click.option("--name", required=True, help="The new store's name.")
 @pass_ctx
 def store_fork(ctx: Context, store: str, at: str, name: str) -> None:

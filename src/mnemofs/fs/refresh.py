@@ -12,8 +12,6 @@ from mnemofs.fs.nodes import (
 )
 from mnemofs.models import Change, Memory
 
-_WHO = {"session_actor": "session ", "api_actor": "API key ", "user_actor": "user "}
-
 
 class RefreshMixin(FilesMixin):
     """Catching up with changes made elsewhere (another mount, the CLI, the API): which nodes"""
@@ -55,7 +53,7 @@ class RefreshMixin(FilesMixin):
         who = version.created_by
         if who is None or who.stored == self.actor:
             return
-        actor = _WHO.get(who.type, "") + who.id
+        actor = who.label
         path = version.path or "(redacted)"
         self.notices.add(
             "changes", f"{version.created_at}  {mount.slug}{path}  {version.operation}  by {actor}"

@@ -1,7 +1,8 @@
-"""``/mnemofs/v1/memory_stores/{id}/export`` and ``/mnemofs/v1/memory_stores/import``: the
-CLI's ``stores export`` and ``stores import`` for admins over HTTP (issue 18).
+"""mnemofs's own store-level endpoints for admins (issues 18, 19): export and import
+(``/mnemofs/v1/memory_stores/{id}/export``, ``/mnemofs/v1/memory_stores/import``), restore and
+fork as of a time.
 
-The file goes through an owner-only temporary file on the server, never whole in memory: an
+Files go through an owner-only temporary file on the server, never whole in memory: an
 export is written there (in a worker thread: it can take seconds) and then streamed; an
 import's body is streamed there, up to ``MAX_IMPORT_BYTES``, and imported from it in one
 transaction. The format is ``docs/export-format.md``.

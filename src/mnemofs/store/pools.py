@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from mnemofs import limits
 from mnemofs.errors import Conflict, InvalidRequest, NotFound
-from mnemofs.models import POOL_PREFIX, CapacityPool, OnFull, SearchHit, StoreId, new_id
+from mnemofs.models import POOL_PREFIX, CapacityPool, OnFull, StoreId, new_id
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import _validate_on_full, _validate_store_name, utc_now
@@ -32,7 +32,7 @@ def validate_cap(value: object, what: str, most: int) -> int | None:
 
 
 class PoolsMixin(ServiceBase):
-    """Capacity pools: create, read, update, delete; stores in and out; search across one."""
+    """Capacity pools: create, read, update, delete; stores in and out (search: recall.py)."""
 
     def create_pool(
         self, name: str, max_memories: int, *, on_full: OnFull = "refuse"
@@ -163,26 +163,6 @@ class PoolsMixin(ServiceBase):
             tx.run("DELETE FROM capacity_pools WHERE id = :id", {"id": pool_id})
 
         self._write(run)
-
-    def search_pool(
-        self,
-        pool_id: str,
-        query: str,
-        *,
-        user: str | None = None,
-        limit: int = limits.DEFAULT_SEARCH_LIMIT,
-    ) -> list[SearchHit]:
-        """Search every store of a pool, best first; with ``user``, only what that end user
-        may see: general stores (no owner) and the user's own."""
-        pool = self.get_pool(pool_id)
-        stores = self._read(
-            lambda tx: tx.all(
-                "SELECT id, owner FROM memory_stores WHERE pool_id = :id ORDER BY id",
-                {"id": pool.id},
-            )
-        )
-        wanted = [r.id for r in stores if user is None or r.owner in ("", user)]
-        return self.search_stores(wanted, query, limit=limit)  # type: ignore[attr-defined, no-any-return]
 
     def _pool(self, tx: Tx, pool_id: str, *, lock: bool = False) -> CapacityPool:
         sql = (

@@ -7,6 +7,7 @@ import dataclasses
 from mnemofs import limits
 from mnemofs.errors import (
     InvalidRequest,
+    NotFound,
 )
 from mnemofs.models import (
     MemoryId,
@@ -95,6 +96,28 @@ class RecallMixin(ServiceBase):
         mounts = {a.memory_store_id: a.mount_path for a in session.resources}
         hits = self.search_stores(list(mounts), query, limit=limit)
         return [dataclasses.replace(h, mount_path=mounts[h.memory_store_id] + h.path) for h in hits]
+
+    def search_pool(
+        self,
+        pool_id: str,
+        query: str,
+        *,
+        user: str | None = None,
+        limit: int = limits.DEFAULT_SEARCH_LIMIT,
+    ) -> list[SearchHit]:
+        """``search`` over every store of a capacity pool; with ``user``, only what that end
+        user may see: general stores (no owner) and the user's own."""
+
+        def stores(tx: Tx) -> list[str]:
+            if tx.scalar("SELECT 1 FROM capacity_pools WHERE id = :id", {"id": pool_id}) is None:
+                raise NotFound(f"capacity pool {pool_id!r} not found")
+            rows = tx.all(
+                "SELECT id, owner FROM memory_stores WHERE pool_id = :id ORDER BY id",
+                {"id": pool_id},
+            )
+            return [r.id for r in rows if user is None or r.owner in ("", user)]
+
+        return self.search_stores(self._read(stores), query, limit=limit)
 
     def context(self, session_id: str, *, max_words: int = limits.DEFAULT_CONTEXT_WORDS) -> str:
         """The text to inject into a turn: the newest memories across the session's stores,
