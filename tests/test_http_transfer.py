@@ -5,8 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .http_api import Api, api
 from .test_transfer import make_history, state
@@ -98,3 +100,42 @@ def test_bad_files_and_callers_are_refused(api: Api, tmp_path: Path) -> None:
     assert status == 403
     status, body = curl(api, f"{base}/memstore_01M8RP364Q6VPXAR90TJES6HH9/export")
     assert status == 404
+
+
+def test_restore_and_fork_over_http(api: Api) -> None:
+    service = api.service
+    sid = service.create_store("Timeline").id
+    memory = service.create_memory(sid, "/a.md", "good\n")
+    at = memory.created_at
+    time.sleep(0.002)
+    service.update_memory(sid, memory.id, content="bad\n")
+    base = f"{api.server.url}/mnemofs/v1/memory_stores/{sid}"
+    query = "at=" + quote(at)
+
+    session = service.create_session([{"memory_store_id": sid}])
+    token = service.create_session_token(session.id).token
+    assert token is not None
+    before = [v.id for v in service.list_versions(sid)]
+    status, _ = curl(api, "-X", "POST", f"{base}/restore?{query}", auth=token)
+    assert status == 403  # an admin's
+    status, body = curl(api, "-X", "POST", f"{base}/restore?{query}&dry_run=true")
+    assert status == 200
+    assert json.loads(body) == {
+        "data": [{"action": "modify", "memory_id": memory.id, "path": "/a.md", "was": None}],
+        "dry_run": True,
+    }
+    assert [v.id for v in service.list_versions(sid)] == before  # neither changed anything
+    status, body = curl(api, "-X", "POST", f"{base}/restore?{query}")
+    assert status == 200
+    assert service.find_memory(sid, "/a.md").content == "good\n"
+    newest = service.list_versions(sid).data[0]
+    assert newest.created_by is not None
+    assert newest.created_by.id == api.key_id  # signed by the key that asked
+
+    status, body = curl(api, "-X", "POST", f"{base}/fork?{query}&name=Then")
+    assert status == 200
+    fork = json.loads(body)
+    assert fork["metadata"] == {"forked_from": sid, "forked_at": at}
+    status, body = curl(api, "-X", "POST", f"{base}/restore?at=2020-01-01T00:00:00Z")
+    assert status == 400
+    assert "did not exist yet" in error_of(body)["message"]

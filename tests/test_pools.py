@@ -32,6 +32,10 @@ def test_store_caps(service: MemoryService) -> None:
         service.update_store(store, max_memories=1)
     with pytest.raises(Conflict, match="'/a.md' of 10 bytes"):
         service.update_store(store, max_content_bytes=5)
+    unchanged = service.get_store(store)  # the refusals changed nothing
+    assert (unchanged.max_memories, unchanged.max_content_bytes) == (2, 10)
+    assert unchanged.memory_count == 2
+    assert service.find_memory(store, "/a.md").content == "0123456789"
     with pytest.raises(InvalidRequest, match="between 1 and 10,000"):
         service.create_store("Big", max_memories=10_001)
     # An evicting store says how many would go, and evicts them when asked.
@@ -62,8 +66,12 @@ def test_a_refusing_pool(service: MemoryService) -> None:
     service.create_memory(other, "/o.md", "o")
     with pytest.raises(Conflict, match="would add 1"):
         service.set_pool([other], pool.id)
+    assert service.get_store(other).pool_id is None  # refused: nothing moved
     with pytest.raises(Conflict, match="would evict 1"):
         service.update_pool(pool.id, max_memories=2)
+    after = service.get_pool(pool.id)
+    assert (after.max_memories, after.memory_count) == (3, 3)
+    assert sorted(after.memory_store_ids) == sorted([general, alice])
     assert service.check().ok
 
 

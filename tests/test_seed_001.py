@@ -150,5 +150,13 @@ def test_the_seed_as_documented(tmp_path: Path) -> None:
             texts = [p.read_text() for p in root.rglob("*.md") if ".history" not in p.parts]
             assert "Prefers concise status updates." in texts
             assert "Likes bullet points." not in texts
+
+        # Injection stops at 4,000 words of memory: four 10 KiB records (4,400 words), the
+        # newest of everyone's, and the fourth is cut where the cap falls.
+        for i in range(4):
+            service.create_memory(general, f"/long/{i}.md", "longword " * 1_100)
+        text = service.context(sessions["app-user-43"].id, max_words=4000)
+        assert text.count("longword") == 4000
+        assert "[…]" in text
     finally:
         service.close()

@@ -111,6 +111,10 @@ def test_refusals(service: MemoryService) -> None:
     store = service.create_store("Notes").id
     memory = service.create_memory(store, "/a.md", "first\n")
     at = memory.created_at
+
+    def versions() -> list[str]:
+        return [v.id for v in service.list_versions(store, limit=100)]
+
     with pytest.raises(InvalidRequest, match="did not exist yet"):
         service.restore_store(store, "2020-01-01T00:00:00Z")
     with pytest.raises(InvalidRequest, match="RFC 3339"):
@@ -121,6 +125,13 @@ def test_refusals(service: MemoryService) -> None:
         service.restore_store(store, at)
     with pytest.raises(InvalidRequest, match="was redacted"):
         service.fork_store(store, at, name="F")
+    # Refused restores and forks changed nothing.
+    before = versions()
+    with pytest.raises(InvalidRequest, match="was redacted"):
+        service.restore_store(store, at)
+    assert versions() == before
+    assert service.find_memory(store, "/a.md").content == "second\n"
+    assert [s.name for s in service.list_stores()] == ["Notes"]
 
     journal = service.create_store("Turns", kind="journal").id
     line = service.append_journal(journal, '{"turn": 1}\n')
