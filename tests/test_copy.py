@@ -148,3 +148,22 @@ def test_cli_copy_then_mount_the_target(tmp_path: Path) -> None:
         assert target.check().ok
     finally:
         target.close()
+
+
+def test_a_target_that_differs_is_not_taken_for_a_copy(tmp_path: Path) -> None:
+    """Counts alike but a version's hash changed in the target: the digests tell."""
+    source, _ = workspace(tmp_path / "a.db")
+    target = MemoryService(make_engine(f"sqlite:///{tmp_path / 'b.db'}"), actor="api")
+    try:
+        copying.copy_workspace(source, target)
+        target.db.run(
+            lambda tx: tx.run(
+                "UPDATE memory_versions SET content_sha256 = :h WHERE seq = 1", {"h": "0" * 64}
+            ),
+            write=True,
+        )
+        with pytest.raises(Conflict, match="memory_versions: the target's rows differ"):
+            copying.copy_workspace(source, target)
+    finally:
+        source.close()
+        target.close()

@@ -165,26 +165,12 @@ def _digest(tx: Tx, table: str) -> tuple[int, str]:
     digest = hashlib.sha256()
     count = 0
     key = "seq" if table == "memory_versions" else "id"
-    for rows in _pages_of(tx, table, _DIGESTS[table], key):
+    columns = _DIGESTS[table].split(", ")
+    for rows in _pages(tx, table, [*columns, key] if key not in columns else columns, [key]):
         for row in rows:
             digest.update(repr(tuple(row)).encode())
             count += 1
     return count, digest.hexdigest()
-
-
-def _pages_of(tx: Tx, table: str, columns: str, key: str) -> Any:
-    cols = columns if key in columns.split(", ") else f"{columns}, {key}"
-    after: Any = -1 if key == "seq" else ""
-    while True:
-        rows = tx.all(
-            f"SELECT {cols} FROM {table} WHERE {key} > :after ORDER BY {key} LIMIT {PAGE}",
-            {"after": after},
-        )
-        if rows:
-            yield rows
-        if len(rows) < PAGE:
-            return
-        after = getattr(rows[-1], key)
 
 
 def _count(tx: Tx, table: str) -> int:
