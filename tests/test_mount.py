@@ -334,6 +334,26 @@ def test_sigterm_saves_open_files(env: Env) -> None:
         os.close(fd)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system time of a process and all its threads so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_idle_mount_stops_spinning(env: Env) -> None:
+    """Within a burst the request loop spins briefly for the next request (fs/loop.py); once
+    the requests stop, the daemon sleeps: an idle mount uses no CPU to speak of."""
+    pid = env.daemon.process.pid
+    for _ in range(300):  # a burst: the loop is spinning between these
+        os.stat(env.rw / "notes" / "todo.md")
+        (env.rw / "notes" / "todo.md").read_bytes()
+    time.sleep(1.0)
+    before = _cpu_seconds(pid)
+    time.sleep(3.0)
+    used = _cpu_seconds(pid) - before
+    assert used < 0.15, f"an idle mount used {used:.2f} s of CPU in 3 s"
+
+
 def test_stale_mount_is_cleaned_up(env: Env) -> None:
     env.daemon.stop(signal.SIGKILL)
     assert errno_of(os.listdir, env.root) == errno.ENOTCONN
