@@ -1,9 +1,8 @@
 """The HTTP backend: a mount or sync worker that holds a session token, not the database.
 
 ``RemoteBackend`` implements ``mnemofs.backend.Backend`` over ``mnemofs serve``: the seed's API
-where it has what is needed, mnemofs's own ``/mnemofs/v1`` endpoints (``http/mounts.py``) for
-the rest. Only the Python standard library (``http.client``): a sandbox image carries no HTTP
-package for it.
+where it has what is needed, ``/mnemofs/v1`` (``http/mounts.py``) for the rest. Standard library
+only (``http.client``): a sandbox image carries no HTTP package for it.
 
 - **Threads**: each thread has its own keep-alive connection; one opened more than
   ``IDLE_REOPEN_S`` ago without use is replaced before a request (the server closes idle ones,
@@ -14,8 +13,8 @@ package for it.
   as done. A 401 (token revoked, session ended) raises ``AccessRevoked`` from then on.
 - **Errors** come back as the store raised them (``error.mnemofs_error``), so a remote mount
   gives the errno a local one would.
-- **Changes made elsewhere**: ``listen_for_changes`` starts a thread that long-polls the
-  server (``/mnemofs/v1/changes/wait``) and wakes the watcher through a pipe.
+- **Changes made elsewhere**: a thread long-polls ``/mnemofs/v1/changes/wait`` and wakes the
+  watcher through a pipe (``listen_for_changes``).
 """
 
 from __future__ import annotations
@@ -348,11 +347,12 @@ class RemoteBackend:
     def commit_files(self) -> list[str]:
         return []
 
-    def checkpoint(self, *, force: bool = False) -> None:
-        """Nothing to do: the server's database is the server's."""
+    def checkpoint(self, *, force: bool = False) -> None: ...  # the server's database is its own
 
-    def defer_checkpoints(self) -> None:
-        """Nothing to do (see ``checkpoint``)."""
+    def checkpoint_due(self) -> bool:
+        return False
+
+    def defer_checkpoints(self) -> None: ...
 
     def defer_reconnects(self) -> None:
         self._fail_fast = True

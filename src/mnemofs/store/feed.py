@@ -153,6 +153,15 @@ class FeedMixin(ServiceBase):
             self.catch_up_search()
         self.db.checkpoint(force=force)
 
+    def checkpoint_due(self) -> bool:
+        """Whether ``checkpoint`` has work to do now, asked without a query (a clock and a
+        stat): a mount looks often and goes to a worker thread only when there is."""
+        if self.db.dialect != "sqlite":
+            return False
+        return (
+            time.monotonic() - self._search_caught_up >= SEARCH_TRAIL_S or self.db.checkpoint_due()
+        )
+
     def data_version(self) -> int | None:
         """A number that changes when another connection commits (SQLite); None elsewhere."""
         return self.db.data_version()

@@ -266,18 +266,21 @@ class Database:
         except FileNotFoundError:
             return 0
 
+    def checkpoint_due(self) -> bool:
+        """Whether ``checkpoint`` would do anything now: a stat of the WAL, no query."""
+        if self.dialect != "sqlite":
+            return False
+        size = self.wal_size()
+        return size > 0 and (
+            size >= WAL_CHECKPOINT_BYTES
+            or time.monotonic() - self._checkpointed_at >= WAL_CHECKPOINT_INTERVAL_S
+        )
+
     def checkpoint(self, *, force: bool = False) -> None:
         """Copy the SQLite WAL back into the database and start it over (see the module
         docstring); unless ``force``, only once it has grown to ``WAL_CHECKPOINT_BYTES`` or
         ``WAL_CHECKPOINT_INTERVAL_S`` has passed. Never waits long for readers or writers."""
-        if self.dialect != "sqlite":
-            return
-        now = time.monotonic()
-        size = self.wal_size()
-        due = (
-            size >= WAL_CHECKPOINT_BYTES or now - self._checkpointed_at >= WAL_CHECKPOINT_INTERVAL_S
-        )
-        if size == 0 or not (force or due):
+        if self.dialect != "sqlite" or not (self.checkpoint_due() or (force and self.wal_size())):
             return
         try:
             self._rewind(self._connection(), always=False)
