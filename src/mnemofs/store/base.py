@@ -175,12 +175,27 @@ class ServiceBase:
         *,
         room_for: str | None = None,
         archived_ok: bool = False,
+        may_create: bool = False,
     ) -> StoreLock:
         """The first statement of every change to a store's memories or directories: lock the
         store's row, refuse an archived store (unless ``archived_ok``: a delete through the
         API) and, with ``room_for``, a full one (its own cap, then its capacity pool's); count
         the change. One UPDATE on the happy path; the reason is looked up only on refusal.
-        Returns what ``_screen`` needs (the secrets policy and the size cap)."""
+        Returns what ``_screen`` needs (the secrets policy and the size cap).
+
+        On PostgreSQL a change that may create (``room_for``, or ``may_create`` for a first
+        lock that a create may follow) locks the store's capacity pool first, if it has one:
+        a create in a full evicting pool locks the victim's store too, and two creates that
+        each held their own store while evicting from the other's deadlocked. The statement
+        goes out with the UPDATE (pipeline mode): no round trip of its own."""
+        if tx.dialect == "postgresql" and (
+            may_create or (room_for is not None and count_delta > 0)
+        ):
+            tx.run(
+                "SELECT 1 FROM capacity_pools WHERE id = "
+                "(SELECT pool_id FROM memory_stores WHERE id = :id) FOR UPDATE",
+                {"id": store_id},
+            )
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
             "revision = revision + 1 WHERE id = :id"

@@ -1,8 +1,9 @@
 """Making room when a store or a capacity pool is full (``evict-lru``), or saying why not.
 
 Called from ``ServiceBase._change_store`` inside the create's transaction, with the store
-locked (and, for a pool, the pool's row locked here first on PostgreSQL, so concurrent creates
-in different stores of one pool queue on it and never overshoot its capacity).
+locked (and, for a pool on PostgreSQL, the pool's row locked before the store's, so concurrent
+creates in different stores of one pool queue on it, never overshoot its capacity and never
+deadlock evicting from each other's stores).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class FoldersMixin(ServiceBase):
         a memory of ``store_id``; see the module docstring."""
 
         def run(tx: Tx) -> list[FileOut]:
-            policy = self._change_store(tx, store_id)
+            policy = self._change_store(tx, store_id, may_create=True)
             count = policy.memory_count
             cap = limits.MAX_MEMORIES_PER_STORE
             if policy.max_memories is not None:

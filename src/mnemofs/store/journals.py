@@ -39,7 +39,8 @@ class JournalMixin(ServiceBase):
         record = Content.from_text(line)
 
         def run(tx: Tx) -> Memory:
-            policy = self._change_store(tx, store_id)  # locks the store first: appends queue
+            # Locks the store first: appends queue (and its pool, as an append may create).
+            policy = self._change_store(tx, store_id, may_create=True)
             _screen(policy, store_id, JOURNAL_PATH, record.text)
             store = self._store_row(tx, store_id)
             if store.kind != "journal":

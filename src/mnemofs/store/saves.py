@@ -56,7 +56,11 @@ class SavesMixin(ServiceBase):
             # PostgreSQL: lock the store before anything is read. SQLite's BEGIN IMMEDIATE
             # holds the database's write lock already, so the store is counted once, after
             # the lookup (a create's one UPDATE instead of two).
-            locked = None if tx.dialect == "sqlite" else self._change_store(tx, store_id)
+            locked = (
+                None
+                if tx.dialect == "sqlite"
+                else self._change_store(tx, store_id, may_create=True)
+            )
             policy: StoreLock | None = locked
             # The stored content is read only for the secrets screen (what the save adds):
             # whether anything changed is a comparison of hashes.
