@@ -21,7 +21,6 @@ from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import (
     NotFound,
-    PathConflict,
     StoreArchived,
     StoreFull,
 )
@@ -57,6 +56,7 @@ from mnemofs.store.rows import (
     _access,
     _catch_up_search,
     _memory,
+    _path_verdict,
     _placeholders,
     _search_pending,
     _timestamp,
@@ -177,20 +177,36 @@ class ServiceBase:
         archived_ok: bool = False,
         may_create: bool = False,
     ) -> StoreLock:
+        """See ``_lock_and_count``, which this is without a query sent behind it."""
+        return self._lock_and_count(
+            tx,
+            store_id,
+            count_delta,
+            room_for=room_for,
+            archived_ok=archived_ok,
+            may_create=may_create,
+        )()
+
+    def _lock_and_count(
+        self,
+        tx: Tx,
+        store_id: str,
+        count_delta: int = 0,
+        *,
+        room_for: str | None = None,
+        archived_ok: bool = False,
+        may_create: bool = False,
+    ) -> Callable[[], StoreLock]:
         """The first statement of every change to a store's memories or directories: lock the
         store's row, refuse an archived store (unless ``archived_ok``: a delete through the
         API) and, with ``room_for``, a full one (its own cap, then its capacity pool's); count
-        the change. One UPDATE on the happy path; the reason is looked up only on refusal.
-        Returns what ``_screen`` needs (the secrets policy and the size cap).
-
-        On PostgreSQL a change that may create (``room_for``, or ``may_create`` for a first
-        lock that a create may follow) locks the store's capacity pool first, if it has one:
-        a create in a full evicting pool locks the victim's store too, and two creates that
-        each held their own store while evicting from the other's deadlocked. The statement
-        goes out with the UPDATE (pipeline mode): no round trip of its own."""
-        if tx.dialect == "postgresql" and (
-            may_create or (room_for is not None and count_delta > 0)
-        ):
+        the change. One UPDATE, sent now; the function returned reads its answer (a query
+        sent in between shares its round trip, ``Tx.ahead``) and gives what ``_screen`` needs.
+        On PostgreSQL a change that may create (``room_for``; ``may_create``: a create may
+        follow) locks the store's capacity pool first, in the same round trip: a create in a
+        full evicting pool locks the victim's store too, and two creates each holding their
+        own store deadlocked evicting from each other's."""
+        if tx.dialect == "postgresql" and (may_create or (room_for and count_delta > 0)):
             tx.run(
                 "SELECT 1 FROM capacity_pools WHERE id = "
                 "(SELECT pool_id FROM memory_stores WHERE id = :id) FOR UPDATE",
@@ -210,7 +226,14 @@ class ServiceBase:
         else:
             sql += f" RETURNING {returned}"
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
-        changed = tx.one(sql, params)
+        sent = tx.ahead(sql, params)
+        return lambda: self._counted(tx, store_id, count_delta, room_for, sent())
+
+    def _counted(
+        self, tx: Tx, store_id: str, count_delta: int, room_for: str | None, answer: list[Any]
+    ) -> StoreLock:
+        """The rest of ``_lock_and_count``, once its UPDATE has answered."""
+        changed = answer[0] if answer else None
         if changed is not None:
             lock = StoreLock(
                 str(changed.secrets),
@@ -290,6 +313,18 @@ class ServiceBase:
         ignore: str | None = None,
         existing_ok: bool = False,
     ) -> str | None:
+        """See ``_path_check``, which this is without a query sent behind it."""
+        return self._path_check(tx, store_id, path, ignore=ignore, existing_ok=existing_ok)()
+
+    def _path_check(
+        self,
+        tx: Tx,
+        store_id: str,
+        path: str,
+        *,
+        ignore: str | None = None,
+        existing_ok: bool = False,
+    ) -> Callable[[], str | None]:
         """Refuse a path taken by a memory or a directory, or under a memory; with
         ``existing_ok``, a memory at the path itself is no refusal: its id is returned.
 
@@ -305,7 +340,7 @@ class ServiceBase:
             "hi": prefix_upper_bound(as_dir),
             "ignore": ignore or "",
         }
-        rows = tx.all(
+        sent = tx.ahead(
             f"SELECT path, id FROM memories WHERE store_id = :store AND path IN ({in_list}) "
             "UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
             "AND path >= :lo AND path < :hi AND id != :ignore ORDER BY path LIMIT 1) AS under "
@@ -313,17 +348,7 @@ class ServiceBase:
             "WHERE store_id = :store AND path >= :lo AND path < :hi ORDER BY path LIMIT 1) AS d",
             params,
         )
-        for row in rows:
-            if row.id is not None and row.id == ignore:
-                continue
-            if row.path == path:
-                if existing_ok and row.id is not None:
-                    return str(row.id)
-                raise PathConflict(f"a memory already exists at {path!r} ({row.id})")
-            if row.id is not None and not row.path.startswith(as_dir):
-                raise PathConflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
-            raise PathConflict(f"{path!r} is a directory (it holds {row.path!r})")
-        return None
+        return lambda: _path_verdict(sent(), path, as_dir, ignore, existing_ok)
 
     def _write_version(
         self,

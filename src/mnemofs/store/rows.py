@@ -17,6 +17,7 @@ from mnemofs.content import Content
 from mnemofs.errors import (
     ContentTooLarge,
     InvalidRequest,
+    PathConflict,
     SecretDetected,
 )
 from mnemofs.models import (
@@ -404,3 +405,20 @@ def _access(value: str) -> Access:
     if value == "read_only":
         return "read_only"
     return "read_write"
+
+
+def _path_verdict(
+    rows: list[Any], path: str, as_dir: str, ignore: str | None, existing_ok: bool
+) -> str | None:
+    """What the rows of ``_path_check``'s query say (see there)."""
+    for row in rows:
+        if row.id is not None and row.id == ignore:
+            continue
+        if row.path == path:
+            if existing_ok and row.id is not None:
+                return str(row.id)
+            raise PathConflict(f"a memory already exists at {path!r} ({row.id})")
+        if row.id is not None and not row.path.startswith(as_dir):
+            raise PathConflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
+        raise PathConflict(f"{path!r} is a directory (it holds {row.path!r})")
+    return None

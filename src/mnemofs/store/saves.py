@@ -53,29 +53,35 @@ class SavesMixin(ServiceBase):
         new = Content.from_text(content)
 
         def run(tx: Tx) -> tuple[Memory, bool]:
-            # PostgreSQL: lock the store before anything is read. SQLite's BEGIN IMMEDIATE
-            # holds the database's write lock already, so the store is counted once, after
-            # the lookup (a create's one UPDATE instead of two).
-            locked = (
-                None
-                if tx.dialect == "sqlite"
-                else self._change_store(tx, store_id, may_create=True)
-            )
-            policy: StoreLock | None = locked
-            # The stored content is read only for the secrets screen (what the save adds):
-            # whether anything changed is a comparison of hashes.
-            screened = policy is None or policy.secrets != "allow"
-            cols = _MEMORY_COLS + (", content" if screened else "")
-            row = None
-            if memory_id is not None:
-                row = tx.one(
-                    f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
-                    {"id": memory_id, "store": store_id},
+            # PostgreSQL: lock the store before anything is read, the lookup sent behind the
+            # lock (it runs after it, in the same round trip). SQLite's BEGIN IMMEDIATE holds
+            # the database's write lock already, so the store is counted once, after the
+            # lookup (a create's one UPDATE instead of two). Whether anything changed is a
+            # comparison of hashes: the stored content is read for the secrets screen only.
+            cols = _MEMORY_COLS + ", content"
+            by_id = f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store"
+            ids = {"id": memory_id, "store": store_id}
+            locked: StoreLock | None = None
+            row = there = None
+            if tx.dialect == "sqlite":
+                row = tx.one(by_id, ids) if memory_id is not None else None
+            elif memory_id is not None:
+                lock, found = (
+                    self._lock_and_count(tx, store_id, may_create=True),
+                    tx.ahead(by_id, ids),
                 )
-            if row is None:  # a new file, or one another writer made at the path meanwhile
+                locked = lock()
+                row = next(iter(found()), None)
+            else:
+                lock = self._lock_and_count(tx, store_id, may_create=True)
+                check = self._path_check(tx, store_id, path, existing_ok=True)
+                locked, there = lock(), check()
+            if row is None and (memory_id is not None or tx.dialect == "sqlite"):
+                # a new file, or one another writer made at the path meanwhile
                 there = self._check_path_free(tx, store_id, path, existing_ok=True)
-                if there is not None:
-                    row = tx.one(f"SELECT {cols} FROM memories WHERE id = :id", {"id": there})
+            if row is None and there is not None:
+                row = tx.one(f"SELECT {cols} FROM memories WHERE id = :id", {"id": there})
+            policy: StoreLock | None = locked
             if row is not None:
                 if policy is None:
                     policy = self._change_store(tx, store_id)

@@ -96,6 +96,25 @@ class Tx:
             self._pipeline.sync()
         return int(self._cursor.rowcount)
 
+    def ahead(self, sql: str, params: Mapping[str, Any] | None = None) -> Callable[[], list[Any]]:
+        """Send a query now, read its rows later (call the result). In a PostgreSQL write
+        transaction it goes out with the next statement that waits for an answer and runs after
+        the ones sent before it: a lock and the lookup behind it share one round trip.
+        Elsewhere it runs at once."""
+        if self._pipeline is None:
+            now = self.all(sql, params)
+            return lambda: now
+        cur = self._cursor.connection.cursor()  # its own: the next statement must not end it
+        cur.execute(self._db.sql(sql), params or {})
+
+        def later() -> list[Any]:
+            with cur:
+                found = cur.fetchall()
+                make = self._db.row_type(sql, cur.description)
+                return [make(row) for row in found]
+
+        return later
+
     def all(self, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         cur = self._cursor
         cur.execute(self._db.sql(sql), params or {})
