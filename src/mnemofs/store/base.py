@@ -37,9 +37,7 @@ from mnemofs.models import (
     new_id,
 )
 from mnemofs.paths import (
-    ROOT,
     ancestor_prefixes,
-    parent_prefix,
     prefix_upper_bound,
 )
 from mnemofs.store import eviction
@@ -60,6 +58,7 @@ from mnemofs.store.rows import (
     _placeholders,
     _search_pending,
     _timestamp,
+    keep_directory,
     utc_now,
 )
 from mnemofs.store.sql import Database, Tx
@@ -294,14 +293,24 @@ class ServiceBase:
             tx.run(f"SELECT pg_notify('{CHANGES_CHANNEL}', :store)", {"store": store_id})
 
     def _memory_row(self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False) -> Any:
+        return self._memory_ahead(tx, store_id, memory_id, content=content)()
+
+    def _memory_ahead(
+        self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False
+    ) -> Callable[[], Any]:
+        """Send for a memory's row (``Tx.ahead``); the function returned reads it, or NotFound."""
         cols = _MEMORY_COLS + (", content" if content else "")
-        row = tx.one(
+        sent = tx.ahead(
             f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
             {"id": memory_id, "store": store_id},
         )
-        if row is None:
+
+        def row() -> Any:
+            if found := sent():
+                return found[0]
             self._store_row(tx, store_id)
             raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
+
         return row
 
     def _check_path_free(
@@ -527,16 +536,7 @@ class ServiceBase:
             content=new_content,
         )
 
-    @staticmethod
-    def _keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
-        """Make the directory holding ``path`` explicit, so emptying it does not remove it."""
-        parent = parent_prefix(path)
-        if parent != ROOT:
-            tx.run(
-                "INSERT INTO directories (store_id, path, created_at) "
-                "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
-                {"store": store_id, "path": parent, "now": now},
-            )
+    _keep_directory = staticmethod(keep_directory)
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(

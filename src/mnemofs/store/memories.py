@@ -121,8 +121,12 @@ class MemoriesMixin(ServiceBase):
         wanted = _precondition_hash(precondition)
 
         def run(tx: Tx) -> Memory:
-            policy = self._change_store(tx, store_id)
-            row = self._memory_row(tx, store_id, memory_id, content=True)
+            # The row and the new path's check are asked for behind the lock (one round trip
+            # on PostgreSQL); the check counts only if the path changes.
+            lock = self._lock_and_count(tx, store_id)
+            found = self._memory_ahead(tx, store_id, memory_id, content=True)
+            check = None if path is None else self._path_check(tx, store_id, path, ignore=memory_id)
+            policy, row = lock(), found()
             if wanted is not None and row.content_sha256 != wanted:
                 raise PreconditionFailed(
                     f"memory {memory_id} at {row.path!r} has content_sha256 "
@@ -131,8 +135,8 @@ class MemoriesMixin(ServiceBase):
             new_path = row.path if path is None else path
             if new is not None and new.sha256 != row.content_sha256:
                 _screen(policy, store_id, new_path, new.text, row.content)
-            if new_path != row.path:
-                self._check_path_free(tx, store_id, new_path, ignore=memory_id)
+            if check is not None and new_path != row.path:
+                check()
             return self._apply_update(
                 tx, store_id, row, new_path, new, actor, keep_directory=keep_directory
             )
@@ -160,8 +164,11 @@ class MemoriesMixin(ServiceBase):
         wanted = _precondition_hash(expected_content_sha256, "expected_content_sha256")
 
         def run(tx: Tx) -> MemoryVersion:
-            self._change_store(tx, store_id, -1, archived_ok=archived_ok)
-            row = self._memory_row(tx, store_id, memory_id)
+            # The row is asked for behind the lock (one round trip on PostgreSQL).
+            lock = self._lock_and_count(tx, store_id, -1, archived_ok=archived_ok)
+            found = self._memory_ahead(tx, store_id, memory_id)
+            lock()
+            row = found()
             if wanted is not None and row.content_sha256 != wanted:
                 raise PreconditionFailed(
                     f"memory {memory_id} at {row.path!r} has content_sha256 "
@@ -305,8 +312,9 @@ class MemoriesMixin(ServiceBase):
         path = validate_path(path.rstrip("/") or "/")
 
         def run(tx: Tx) -> MemoryPrefix:
-            self._change_store(tx, store_id)
-            self._check_path_free(tx, store_id, path)
+            lock, check = self._lock_and_count(tx, store_id), self._path_check(tx, store_id, path)
+            lock()  # the check went out behind the lock: one round trip on PostgreSQL
+            check()
             prefix = path + "/"
             tx.run(
                 "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
@@ -323,21 +331,30 @@ class MemoriesMixin(ServiceBase):
         params = {"store": store_id, "lo": prefix, "hi": prefix_upper_bound(prefix)}
 
         def run(tx: Tx) -> None:
-            self._change_store(tx, store_id)
-            inside = tx.scalar(
-                "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
-                "AND path < :hi ORDER BY path LIMIT 1",
-                params,
-            ) or tx.scalar(
-                "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
-                "AND path < :hi ORDER BY path LIMIT 1",
+            # All four go out together (one round trip on PostgreSQL, then the commit); the
+            # delete is undone with the transaction if the directory turns out not empty.
+            lock = self._lock_and_count(tx, store_id)
+            inside = (
+                tx.ahead(
+                    "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
+                    "AND path < :hi ORDER BY path LIMIT 1",
+                    params,
+                ),
+                tx.ahead(
+                    "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
+                    "AND path < :hi ORDER BY path LIMIT 1",
+                    params,
+                ),
+            )
+            deleted = tx.ahead(
+                "DELETE FROM directories WHERE store_id = :store AND path = :lo RETURNING path",
                 params,
             )
-            if inside is not None:
-                raise Conflict(f"directory {prefix!r} is not empty (it holds {inside!r})")
-            if not tx.count(
-                "DELETE FROM directories WHERE store_id = :store AND path = :lo", params
-            ):
+            lock()
+            for rows in (inside[0](), inside[1]()):
+                if rows:
+                    raise Conflict(f"directory {prefix!r} is not empty (it holds {rows[0].path!r})")
+            if not deleted():
                 raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
 
         self._write(run)

@@ -35,6 +35,7 @@ from mnemofs.models import (
     VersionId,
     View,
 )
+from mnemofs.paths import ROOT, parent_prefix
 from mnemofs.secrets import find_secrets
 from mnemofs.store.sql import Tx
 
@@ -422,3 +423,14 @@ def _path_verdict(
             raise PathConflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
         raise PathConflict(f"{path!r} is a directory (it holds {row.path!r})")
     return None
+
+
+def keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
+    """Make the directory holding ``path`` explicit, so emptying it does not remove it."""
+    parent = parent_prefix(path)
+    if parent != ROOT:
+        tx.run(
+            "INSERT INTO directories (store_id, path, created_at) "
+            "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
+            {"store": store_id, "path": parent, "now": now},
+        )

@@ -127,19 +127,23 @@ class SavesMixin(ServiceBase):
         who = actor or self.actor
 
         def run(tx: Tx) -> Memory:
-            self._change_store(tx, store_id, -1)
-            source = self._memory_row(tx, store_id, source_id, content=True)
-            target = self._memory_row(tx, store_id, target_id)
+            # Both rows, and the source's last versions for a fold, are asked for behind the
+            # lock (one round trip on PostgreSQL). A temporary file of one save has a version
+            # or two; looking at no more than that keeps this cheap for a file with thousands.
+            lock = self._lock_and_count(tx, store_id, -1)
+            source_of = self._memory_ahead(tx, store_id, source_id, content=True)
+            target_of = self._memory_ahead(tx, store_id, target_id)
+            last = fold and tx.ahead(
+                "SELECT actor FROM memory_versions WHERE memory_id = :id "
+                "ORDER BY seq DESC LIMIT :n",
+                {"id": source_id, "n": FOLD_MAX_VERSIONS + 1},
+            )
+            lock()
+            source, target = source_of(), target_of()
             now = utc_now()
             folded = False
-            if fold and source.content_sha256 != target.content_sha256:
-                # A temporary file of one save has a version or two; looking at no more than
-                # that keeps this cheap for a file with thousands (counting them all was).
-                actors = tx.all(
-                    "SELECT actor FROM memory_versions WHERE memory_id = :id "
-                    "ORDER BY seq DESC LIMIT :n",
-                    {"id": source_id, "n": FOLD_MAX_VERSIONS + 1},
-                )
+            if last and source.content_sha256 != target.content_sha256:
+                actors = last()
                 folded = len(actors) <= FOLD_MAX_VERSIONS and all(r.actor == who for r in actors)
             if folded:
                 tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
