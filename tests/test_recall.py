@@ -234,6 +234,38 @@ def test_reads_through_the_mount_count_as_access(
     service.close()
 
 
+def test_a_save_stamps_the_access_noted_before_it(service: MemoryService) -> None:
+    """A mount notes a read at open; the save at close stamps accessed_at itself, so the noted
+    read is dropped, unless the save wrote nothing (then it is still written later)."""
+    store = service.create_store("Cache", on_full="evict-lru").id
+    a = service.create_memory(store, "/a.md", "a\n")
+    b = service.create_memory(store, "/b.md", "b\n")
+
+    def accessed(memory_id: str) -> str:
+        return str(
+            service.db.run(
+                lambda tx: tx.scalar(
+                    "SELECT accessed_at FROM memories WHERE id = :id", {"id": memory_id}
+                ),
+                write=False,
+            )
+        )
+
+    before = accessed(a.id)
+    time.sleep(0.002)
+    service.note_access(store, a.id)  # opened for writing
+    saved, _ = service.save_file(store, "/a.md", "a, edited\n", memory_id=a.id)
+    assert (store, a.id) not in service._accessed  # the save's own stamp covers it
+    assert accessed(a.id) == saved.updated_at > before
+    b_before = accessed(b.id)
+    time.sleep(0.002)
+    service.note_access(store, b.id)
+    service.save_file(store, "/b.md", "b\n", memory_id=b.id)  # the same content: no version
+    assert (store, b.id) in service._accessed  # still to be written
+    service.flush_accesses()
+    assert accessed(b.id) > max(b_before, accessed(a.id))
+
+
 def _pending(service: MemoryService) -> int:
     return int(
         service.db.run(lambda tx: tx.scalar("SELECT COUNT(*) FROM search_pending"), write=False)

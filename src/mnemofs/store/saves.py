@@ -51,6 +51,10 @@ class SavesMixin(ServiceBase):
         ``path``. A directory at ``path`` is a Conflict."""
         path = validate_path(path)
         new = Content.from_text(content)
+        # A save stamps accessed_at itself: a read noted since needs no UPDATE of its own
+        # (one statement less per save of an opened file), unless nothing is written.
+        noted = None if memory_id is None else self._accessed.pop((store_id, memory_id), None)
+        unchanged = False
 
         def run(tx: Tx) -> tuple[Memory, bool]:
             # PostgreSQL: lock the store before anything is read, the lookup sent behind the
@@ -87,6 +91,8 @@ class SavesMixin(ServiceBase):
                     policy = self._change_store(tx, store_id)
                 if new.sha256 != row.content_sha256:
                     _screen(policy, store_id, row.path, new.text, getattr(row, "content", None))
+                nonlocal unchanged
+                unchanged = new.sha256 == row.content_sha256
                 return self._apply_update(tx, store_id, row, row.path, new, actor), False
             if locked is not None and locked.has_room():
                 # Locked with room: the count goes out with the inserts (one round trip).
@@ -100,7 +106,13 @@ class SavesMixin(ServiceBase):
             _screen(policy, store_id, path, new.text)
             return self._insert_memory(tx, store_id, path, new, actor), True
 
-        return self._write(run)
+        saved = None
+        try:
+            saved = self._write(run)
+            return saved
+        finally:
+            if noted is not None and memory_id is not None and (saved is None or unchanged):
+                self.note_access(store_id, memory_id)  # not written after all: noted again
 
     def rename_over(
         self,
