@@ -51,6 +51,21 @@ def test_store_caps(service: MemoryService) -> None:
     assert service.check().ok
 
 
+def test_a_store_that_joins_a_pool_later(service: MemoryService) -> None:
+    """A service remembers which stores it saw in no pool (PostgreSQL: they skip the pool's
+    lock); a store added to a full pool since is still held to it."""
+    solo = service.create_store("Solo").id
+    other = service.create_store("Other").id
+    service.save_file(solo, "/s1.md", "s1")  # seen in no pool
+    pool = service.create_pool("late", 2)
+    service.set_pool([solo, other], pool.id)
+    service.create_memory(other, "/o1.md", "o1")
+    with pytest.raises(StoreFull):
+        service.save_file(solo, "/s2.md", "s2")
+    assert service.get_pool(pool.id).memory_count == 2
+    assert [m.path for m in service.list_memories(solo)] == ["/s1.md"]
+
+
 def test_a_refusing_pool(service: MemoryService) -> None:
     general = service.create_store("General").id
     alice = service.create_store("Alice", owner="alice").id

@@ -77,12 +77,11 @@ class ServiceBase:
         self.engine = engine
         self.actor = actor
         self.db = Database(engine)
-        # (store id, memory id) -> time.time() of its last read
-        self._accessed: dict[tuple[str, str], float] = {}
+        self._accessed: dict[tuple[str, str], float] = {}  # (store, memory) -> last read
+        self._pool_of: dict[str, str | None] = {}  # a store's pool, as last seen (PostgreSQL)
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
-        # The search index trails saves (SQLite, migration 0009): a process that does not run
-        # ``checkpoint`` in the background gets a thread that catches up after its writes.
+        # The search index trails saves (SQLite, migration 0009; see ``_search_soon``).
         self._search_caught_up = 0.0
         self._trailer: threading.Thread | None = None
         self._trailer_wake = threading.Event()
@@ -202,10 +201,10 @@ class ServiceBase:
         the change. One UPDATE, sent now; the function returned reads its answer (a query
         sent in between shares its round trip, ``Tx.ahead``) and gives what ``_screen`` needs.
         On PostgreSQL a change that may create (``room_for``; ``may_create``: a create may
-        follow) locks the store's capacity pool first, in the same round trip: a create in a
-        full evicting pool locks the victim's store too, and two creates each holding their
-        own store deadlocked evicting from each other's."""
-        if tx.dialect == "postgresql" and (may_create or (room_for and count_delta > 0)):
+        follow) in a store last seen in a capacity pool locks the pool first: evicting locks
+        the victim's store too, and creates each holding their own store deadlocked."""
+        pooled = self._pool_of.get(store_id, "?") is not None  # not seen yet: as if pooled
+        if tx.dialect == "postgresql" and pooled and (may_create or (room_for and count_delta > 0)):
             tx.run(
                 "SELECT 1 FROM capacity_pools WHERE id = "
                 "(SELECT pool_id FROM memory_stores WHERE id = :id) FOR UPDATE",
@@ -241,6 +240,7 @@ class ServiceBase:
                 changed.pool_id,
                 changed.max_memories,
             )
+            self._pool_of[store_id] = lock.pool_id
             if room_for is not None and lock.pool_id is not None and count_delta > 0:
                 eviction.pool_room(self, tx, lock.pool_id, room_for)
             return lock
