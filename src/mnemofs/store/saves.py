@@ -57,6 +57,7 @@ class SavesMixin(ServiceBase):
         unchanged = False
 
         def run(tx: Tx) -> tuple[Memory, bool]:
+            nonlocal unchanged
             # PostgreSQL: lock the store before anything is read, the lookup sent behind the
             # lock (it runs after it, in the same round trip). SQLite's BEGIN IMMEDIATE holds
             # the database's write lock already, so the store is counted once, after the
@@ -91,7 +92,6 @@ class SavesMixin(ServiceBase):
                     policy = self._change_store(tx, store_id)
                 if new.sha256 != row.content_sha256:
                     _screen(policy, store_id, row.path, new.text, getattr(row, "content", None))
-                nonlocal unchanged
                 unchanged = new.sha256 == row.content_sha256
                 return self._apply_update(tx, store_id, row, row.path, new, actor), False
             if locked is not None and locked.has_room():
