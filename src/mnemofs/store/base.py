@@ -313,18 +313,6 @@ class ServiceBase:
 
         return row
 
-    def _check_path_free(
-        self,
-        tx: Tx,
-        store_id: str,
-        path: str,
-        *,
-        ignore: str | None = None,
-        existing_ok: bool = False,
-    ) -> str | None:
-        """See ``_path_check``, which this is without a query sent behind it."""
-        return self._path_check(tx, store_id, path, ignore=ignore, existing_ok=existing_ok)()
-
     def _path_check(
         self,
         tx: Tx,
@@ -335,7 +323,8 @@ class ServiceBase:
         existing_ok: bool = False,
     ) -> Callable[[], str | None]:
         """Refuse a path taken by a memory or a directory, or under a memory; with
-        ``existing_ok``, a memory at the path itself is no refusal: its id is returned.
+        ``existing_ok``, a memory at the path itself is no refusal: its id is returned. The
+        query is sent now (``Tx.ahead``); the function returned reads it and decides.
 
         A path is never both a file and a directory, so every store can be mounted. One query:
         memories at the path or at an ancestor (as a file), the first memory under it, and the

@@ -99,7 +99,7 @@ class FoldersMixin(ServiceBase):
                         raise _Skip(f"the store is full ({cap:,} memories)")
                     if policy.pool_id is not None:  # the pool decides (and may evict)
                         eviction.pool_room(self, tx, policy.pool_id, path, adding=created + 1)
-                    self._check_path_free(tx, store_id, path)
+                    self._path_check(tx, store_id, path)()
                     _screen(policy, store_id, path, content.text)
                     self._insert_memory(tx, store_id, path, content, actor)
                     created += 1
@@ -135,7 +135,7 @@ class FoldersMixin(ServiceBase):
         ):
             return FileOut(prefix, "unchanged")
         try:
-            self._check_path_free(tx, store_id, path)
+            self._path_check(tx, store_id, path)()
         except PathConflict as exc:
             if "is a directory" in exc.message:  # memories under it already: nothing to keep
                 return FileOut(prefix, "unchanged")

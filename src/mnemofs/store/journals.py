@@ -60,7 +60,7 @@ class JournalMixin(ServiceBase):
             if row is not None:  # rotate: the full file becomes a segment beside the new one
                 segment = self._journal_segment_path(tx, store_id)
                 self._apply_update(tx, store_id, row, segment, None, actor)
-            self._check_path_free(tx, store_id, JOURNAL_PATH)
+            self._path_check(tx, store_id, JOURNAL_PATH)()
             return self._insert_memory(tx, store_id, JOURNAL_PATH, record, actor)
 
         return self._write(run)

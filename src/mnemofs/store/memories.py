@@ -57,7 +57,7 @@ class MemoriesMixin(ServiceBase):
         def run(tx: Tx) -> Memory:
             policy = self._change_store(tx, store_id, +1, room_for=path)
             _screen(policy, store_id, path, new.text)
-            self._check_path_free(tx, store_id, path)
+            self._path_check(tx, store_id, path)()
             return self._insert_memory(tx, store_id, path, new, actor)
 
         return self._write(run)

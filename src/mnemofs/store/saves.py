@@ -83,7 +83,7 @@ class SavesMixin(ServiceBase):
                 locked, there = lock(), check()
             if row is None and (memory_id is not None or tx.dialect == "sqlite"):
                 # a new file, or one another writer made at the path meanwhile
-                there = self._check_path_free(tx, store_id, path, existing_ok=True)
+                there = self._path_check(tx, store_id, path, existing_ok=True)()
             if row is None and there is not None:
                 row = tx.one(f"SELECT {cols} FROM memories WHERE id = :id", {"id": there})
             policy: StoreLock | None = locked
