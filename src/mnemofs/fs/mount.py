@@ -250,7 +250,7 @@ def serve(
     if not os.path.exists("/dev/fuse"):
         raise MountError("/dev/fuse is missing: this machine cannot mount FUSE filesystems")
     prepare_root(options.root)
-    service.defer_checkpoints()  # commits on this thread; a worker thread checkpoints
+    service.defer_checkpoints()  # commits here, checkpoints on a worker, waits for PG spin
     service.defer_reconnects()  # never block requests on an unreachable server
     fs = MemoryFs(service, session, actor=session.id)
     owner = Owner(

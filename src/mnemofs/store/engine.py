@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mnemofs.errors import InvalidRequest, Unavailable
 from mnemofs.private import create_private_file, private_dir
+from mnemofs.store.pgwait import connection_class
 from mnemofs.store.revision import SCHEMA_REVISION
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class Engine:
             if self.dialect == "sqlite":
                 return _sqlite_connection(self.sqlite_path)
             extra = _pg_defaults(self.url)
-            return self.driver.connect(_libpq_uri(self.url), autocommit=False, **extra)
+            return connection_class().connect(_libpq_uri(self.url), autocommit=False, **extra)
         except self.driver.Error as exc:
             raise Unavailable(f"cannot open the database {self.safe_url}: {exc}") from exc
 

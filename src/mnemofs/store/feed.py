@@ -141,9 +141,12 @@ class FeedMixin(ServiceBase):
         return self._read(run)
 
     def defer_checkpoints(self) -> None:
-        """For a long-lived writer (a mount): keep WAL checkpoints out of its commits; it then
-        calls ``checkpoint`` from a background thread."""
+        """For a long-lived writer whose thread answers a program waiting on each reply (a
+        mount), called on that thread: keep WAL checkpoints out of its commits (SQLite; it
+        then calls ``checkpoint`` from a background thread), and let its waits for the
+        server's replies spin briefly before they sleep (PostgreSQL: store/pgwait.py)."""
         self.db.defer_checkpoints()
+        self.db.spin_for_replies()
 
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount calls it a few times a second):

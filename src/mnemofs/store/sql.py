@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 from mnemofs.errors import Unavailable
 from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine
+from mnemofs.store.pgwait import SPIN_S
 
 T = TypeVar("T")
 
@@ -223,6 +224,8 @@ class Database:
                 raise
             self._down = None
             self._local.conn = conn
+            if self.dialect == "postgresql":
+                conn.spin_s = getattr(self._local, "spin_s", 0.0)
             with self._lock:
                 ended = [t for t in self._all if not t.is_alive()]
                 orphans = [self._all.pop(t) for t in ended]
@@ -270,6 +273,16 @@ class Database:
         if self.dialect == "sqlite":
             self._connection().execute("PRAGMA wal_autocheckpoint = 0")
             self._deferred = True
+
+    def spin_for_replies(self) -> None:
+        """Let this thread's waits for PostgreSQL's replies spin up to ``pgwait.SPIN_S``
+        before they sleep (see store/pgwait.py): for the one thread that serves a program
+        waiting on every reply, a mount's request loop. Nothing changes on SQLite."""
+        if self.dialect == "postgresql":
+            self._local.spin_s = SPIN_S
+            conn = getattr(self._local, "conn", None)
+            if conn is not None:
+                conn.spin_s = SPIN_S
 
     @property
     def deferred(self) -> bool:
