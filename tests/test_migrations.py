@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -148,3 +150,70 @@ def test_0009_the_index_trails_after_the_upgrade(tmp_path: Path) -> None:
     assert service.check().problems == []
     service.close()
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_0013_postgres_vectors_are_made_and_then_trail(tmp_path: Path) -> None:
+    """0013 turns PostgreSQL's generated search vector into one that trails saves: rows that
+    existed are indexed by the upgrade, later changes empty their row's vector until a catch-up
+    (every search first), and the downgrade brings the generated column back."""
+    import psycopg
+    from alembic import command
+
+    from .conftest import pg_url
+
+    url = pg_url()
+    name = f"mnemofs_migrate_{os.getpid()}"
+    own_url = urlsplit(url)._replace(path=f"/{name}").geturl()
+    admin = psycopg.connect(engine_module._libpq_uri(url), autocommit=True)
+    admin.execute(f"DROP DATABASE IF EXISTS {name}")
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        engine = make_engine(own_url, check_schema=False)
+        upgrade(engine, "0012")
+        with engine.sqlalchemy().begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+                    "memory_count, revision, kind, owner, on_full, secrets, metadata) VALUES "
+                    "('memstore_1', 's', '', 't', 't', 1, 0, 'memory', '', 'refuse', 'refuse', "
+                    "'{}')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO memories (id, store_id, path, content, content_sha256, "
+                    "size_bytes, created_at, updated_at, head_version_id) VALUES ('mem_1', "
+                    "'memstore_1', '/old.md', 'an indexed heron', 'x', 16, 't', 't', 'memver_1')"
+                )
+            )
+        upgrade(engine)
+        stale = "SELECT COUNT(*) FROM memories WHERE search_vector IS NULL"
+        with engine.sqlalchemy().connect() as conn:
+            assert conn.execute(text(stale)).scalar() == 0
+        service = MemoryService(engine)
+        assert [h.path for h in service.search("memstore_1", "heron")] == ["/old.md"]
+        service.update_memory("memstore_1", "mem_1", content="now an ibis")
+        with engine.sqlalchemy().connect() as conn:
+            assert conn.execute(text(stale)).scalar() == 1
+        assert service.search("memstore_1", "heron") == []
+        assert [h.path for h in service.search("memstore_1", "ibis")] == ["/old.md"]
+        assert service.check().problems == []
+        service.close()
+        config = Config()
+        config.set_main_option(
+            "script_location", str(Path(engine_module.__file__).parent / "migrations")
+        )
+        with engine.sqlalchemy().connect() as conn:  # the downgrade: a generated column again
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0012")
+            conn.commit()
+            assert conn.execute(text(stale)).scalar() == 0
+            hits = (
+                "SELECT path FROM memories WHERE search_vector @@ plainto_tsquery('simple', 'ibis')"
+            )
+            assert conn.execute(text(hits)).scalars().all() == ["/old.md"]
+        engine.dispose()
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()

@@ -99,10 +99,8 @@ class ServiceBase:
         self.db.close()
 
     def catch_up_search(self) -> None:
-        """Take every change noted for the search index into it (SQLite; a no-op elsewhere),
-        ``SEARCH_BATCH`` at a time, each batch its own short transaction."""
-        if self.db.dialect != "sqlite":
-            return
+        """Take every change noted for the search index into it, ``SEARCH_BATCH`` at a time,
+        each batch its own short transaction."""
         self._search_caught_up = time.monotonic()
         if not self.db.run(_search_pending, write=False):
             return
@@ -110,7 +108,9 @@ class ServiceBase:
             pass
 
     def _search_soon(self) -> None:
-        """After a write (SQLite, no background upkeep): have the trailer catch up soon."""
+        """After a write: have the trailer catch up soon (unless a mount's upkeep does)."""
+        if self.db.deferred:
+            return
         if self._trailer is None:
             self._trailer = threading.Thread(
                 target=self._trail, name="mnemofs-search-index", daemon=True
@@ -144,8 +144,7 @@ class ServiceBase:
             return fn(tx)
 
         result = self.db.run(with_accesses if self._accessed else fn, write=True)
-        if self.db.dialect == "sqlite" and not self.db.deferred:
-            self._search_soon()
+        self._search_soon()
         return result
 
     def _store_row(self, tx: Tx, store_id: str, *, lock: bool = False) -> Any:

@@ -121,8 +121,7 @@ class FoldersMixin(ServiceBase):
             outcomes: list[FileOut] = self.db.run(run, write=True)
         except _DryRun as dry:
             return dry.outcomes
-        if self.db.dialect == "sqlite" and not self.db.deferred:
-            self._search_soon()
+        self._search_soon()
         return outcomes
 
     def _keep_folder(self, tx: Tx, store_id: str, path: str) -> FileOut:

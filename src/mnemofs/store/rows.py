@@ -100,12 +100,19 @@ CONTENT_TABLES = ("memories", "memory_versions", "directories", "memory_stores")
 
 
 def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
-    """SQLite: bring the FTS5 index up to date with the changes its triggers noted in
-    ``search_pending`` (migration 0009), the oldest ``batch`` rows first (all without one);
-    returns how many were taken. Each noted row first leaves the index as the note says the
-    index holds it, then enters it as ``memories`` holds it now, if it still exists."""
+    """Bring the search index up to date, ``batch`` rows at most (all without one); returns
+    how many were taken. SQLite: the changes its triggers noted in ``search_pending``
+    (migration 0009), oldest first; each noted row first leaves the FTS5 index as the note
+    says the index holds it, then enters it as ``memories`` holds it now, if it still exists.
+    PostgreSQL: the rows whose ``search_vector`` a change emptied (migration 0013) get theirs;
+    rows a transaction is changing are left to the next catch-up (they are emptied again)."""
     if tx.dialect != "sqlite":
-        return 0
+        limit = "" if batch is None else f" LIMIT {int(batch)}"
+        return tx.count(
+            "UPDATE memories SET search_vector = mnemofs_search_vector(path, content) "
+            "WHERE id IN (SELECT id FROM memories WHERE search_vector IS NULL"
+            f"{limit} FOR UPDATE SKIP LOCKED)"
+        )
     limit = "" if batch is None else f" ORDER BY mem_rowid LIMIT {int(batch)}"
     last = tx.scalar(f"SELECT MAX(mem_rowid) FROM (SELECT mem_rowid FROM search_pending{limit})")
     if last is None:
@@ -127,7 +134,9 @@ def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
 
 
 def _search_pending(tx: Tx) -> bool:
-    return tx.dialect == "sqlite" and tx.scalar("SELECT 1 FROM search_pending LIMIT 1") is not None
+    if tx.dialect == "sqlite":
+        return tx.scalar("SELECT 1 FROM search_pending LIMIT 1") is not None
+    return tx.scalar("SELECT 1 FROM memories WHERE search_vector IS NULL LIMIT 1") is not None
 
 
 def _purge_search_index(tx: Tx) -> None:

@@ -12,11 +12,12 @@ Conventions
   that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
   the per-store checks (path free, count under the limit) cannot race.
 
-Search (migrations 0004, 0009) lives outside this file: on SQLite an FTS5 table ``memories_fts``
-over ``memories``, whose changes triggers note in ``search_pending`` and which catches up with
-them in batches (``ServiceBase.catch_up_search``); on PostgreSQL a generated ``search_vector``
-column with a GIN index (``SEARCH_OBJECTS``). A migration that rebuilds ``memories`` (SQLite
-batch mode) must recreate those triggers.
+Search (migrations 0004, 0009, 0013) lives outside this file: on SQLite an FTS5 table
+``memories_fts`` over ``memories``, whose changes triggers note in ``search_pending``; on
+PostgreSQL a ``search_vector`` column with a GIN index, which a trigger empties when a row's
+path or content changes (``SEARCH_OBJECTS``). Both catch up in batches
+(``ServiceBase.catch_up_search``). A migration that rebuilds ``memories`` (SQLite batch mode)
+must recreate those triggers.
 
 Changing anything here needs a new Alembic revision in ``migrations/versions`` and a bump of
 ``SCHEMA_REVISION`` (in ``revision.py``); ``tests/test_migrations.py`` fails when this file and
@@ -239,7 +240,7 @@ session_tokens = Table(
 )
 
 
-# Made by migration 0004 with raw SQL; the schema comparison in the tests leaves them out.
+# Made by migrations 0004, 0009 and 0013 with raw SQL; the schema comparison leaves them out.
 SEARCH_OBJECTS = frozenset(
     {
         "memories_fts",
@@ -251,5 +252,6 @@ SEARCH_OBJECTS = frozenset(
         "search_pending",  # SQLite: changes the index has yet to take (0009)
         "search_vector",
         "ix_memories_search_vector",
+        "ix_memories_search_stale",  # PostgreSQL: rows whose vector is to be made (0013)
     }
 )

@@ -101,7 +101,7 @@ class TimeTravelMixin(ServiceBase):
             return steps
 
         steps: list[RestoreStep] = self.db.run(run, write=True)
-        if steps and not dry_run and self.db.dialect == "sqlite" and not self.db.deferred:
+        if steps and not dry_run:
             self._search_soon()
         return steps
 
@@ -141,8 +141,7 @@ class TimeTravelMixin(ServiceBase):
             return _store(self._store_row(tx, fork))
 
         store: MemoryStore = self.db.run(run, write=True)
-        if self.db.dialect == "sqlite" and not self.db.deferred:
-            self._search_soon()
+        self._search_soon()
         return store
 
     def _heads_at(self, tx: Tx, store_id: str, moment: str) -> dict[str, _Then]:

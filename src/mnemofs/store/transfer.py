@@ -224,8 +224,7 @@ class TransferMixin(ServiceBase):
 
     def _write_once(self, fn: Callable[[Tx], Any]) -> Any:
         result = self.db.run(fn, write=True, once=True)
-        if self.db.dialect == "sqlite" and not self.db.deferred:
-            self._search_soon()
+        self._search_soon()
         return result
 
 
