@@ -193,9 +193,15 @@ class Bench:
     def mnemofs(self, name: str, db: str, prefill: int = 0, room: int = 0) -> tuple[Target, float]:
         """A mount of store "Bench" in database ``db`` (a path or a URL), with ``prefill``
         memories already stored (see ``fill``); also how long the mount took to be ready."""
+        import json
+
         cli = [sys.executable, "-m", "mnemofs", "--db", db]
-        subprocess.run([*cli, "stores", "create", "Bench"], check=True, stdout=subprocess.DEVNULL)
-        attach = fill(db, prefill, room) if prefill else ["Bench"]
+        made = subprocess.run(
+            [*cli, "--json", "stores", "create", "Bench"], check=True, capture_output=True
+        )
+        # By id: a server database keeps the "Bench" stores of earlier runs.
+        bench_id = json.loads(made.stdout)["id"]
+        attach = fill(db, bench_id, prefill, room) if prefill else [bench_id]
         root = self.work / name
         argv = [*cli, "mount", "--root", str(root), "--foreground"]
         for store in attach:
@@ -267,25 +273,24 @@ class Bench:
         return Target("remote", roots[0], db=db), roots[1]
 
 
-def fill(db: str, count: int, room: int) -> list[str]:
+def fill(db: str, bench_id: str, count: int, room: int) -> list[str]:
     """``count`` memories of ~1 KiB, through the Python API, in 100 folders: as many in store
-    "Bench" as leave ``room`` for the workload under the per-store limit, the rest in store
-    "Full". Returns the names of the stores to attach."""
+    ``bench_id`` as leave ``room`` for the workload under the per-store limit, the rest in a
+    store "Full". Returns the ids of the stores to attach."""
     from mnemofs import limits
     from mnemofs.api import open as open_workspace
 
     ws = open_workspace(db)
-    bench = next(s for s in ws.memory_stores.list() if s.name == "Bench")
     here = min(count, limits.MAX_MEMORIES_PER_STORE - room)
-    stores = [bench.id] * here
-    if count > here:
-        stores += [ws.memory_stores.create(name="Full").id] * (count - here)
+    stores = [bench_id] * here
+    full = ws.memory_stores.create(name="Full").id if count > here else None
+    stores += [full] * (count - here) if full else []
     body = "a remembered fact, with some words to index\n" * 24
     for i, store_id in enumerate(stores):
         ws.memory_stores.memories.create(
             store_id, path=f"/old/k{i % 100:02d}/note-{i:05d}.md", content=f"{i}\n{body}"
         )
-    return ["Bench", "Full"] if count > here else ["Bench"]
+    return [bench_id, full] if full else [bench_id]
 
 
 def watch_wal(targets: list[Target], stop: threading.Event) -> None:

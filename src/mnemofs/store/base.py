@@ -53,9 +53,9 @@ from mnemofs.store.rows import (
     StoreLock,
     _access,
     _catch_up_search,
+    _memories_at,
     _memory,
     _path_verdict,
-    _placeholders,
     _search_pending,
     _timestamp,
     keep_directory,
@@ -329,7 +329,7 @@ class ServiceBase:
         memories at the path or at an ancestor (as a file), the first memory under it, and the
         first explicit directory at or under it.
         """
-        in_list, params = _placeholders("p", [path, *(p[:-1] for p in ancestor_prefixes(path))])
+        at, params = _memories_at([path, *(p[:-1] for p in ancestor_prefixes(path))])
         as_dir = path + "/"
         params |= {
             "store": store_id,
@@ -338,8 +338,7 @@ class ServiceBase:
             "ignore": ignore or "",
         }
         sent = tx.ahead(
-            f"SELECT path, id FROM memories WHERE store_id = :store AND path IN ({in_list}) "
-            "UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
+            f"{at} UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
             "AND path >= :lo AND path < :hi AND id != :ignore ORDER BY path LIMIT 1) AS under "
             "UNION ALL SELECT * FROM (SELECT path, NULL AS id FROM directories "
             "WHERE store_id = :store AND path >= :lo AND path < :hi ORDER BY path LIMIT 1) AS d",

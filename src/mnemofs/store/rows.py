@@ -405,6 +405,17 @@ def _is_hex(value: str) -> bool:
     return True
 
 
+def _memories_at(paths: list[str], columns: str = "path, id") -> tuple[str, dict[str, str]]:
+    """A query for the memories of store ``:store`` at any of ``paths``: one index lookup per
+    path. (Not ``path IN (...)``: PostgreSQL's cached generic plan for that filtered the
+    store's whole index when the table's statistics were taken while it was almost empty,
+    ~5 ms instead of 0.1 for a store of a few thousand memories; issue 17.)"""
+    params = {f"p{i}": v for i, v in enumerate(paths)}
+    return " UNION ALL ".join(
+        f"SELECT {columns} FROM memories WHERE store_id = :store AND path = :{k}" for k in params
+    ), params
+
+
 def _placeholders(name: str, values: list[str]) -> tuple[str, dict[str, str]]:
     """``:name0, :name1, ...`` and their parameters, for an IN list."""
     params = {f"{name}{i}": v for i, v in enumerate(values)}

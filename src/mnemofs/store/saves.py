@@ -23,7 +23,7 @@ from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
     _MEMORY_COLS,
     StoreLock,
-    _placeholders,
+    _memories_at,
     _screen,
     utc_now,
 )
@@ -216,13 +216,10 @@ class SavesMixin(ServiceBase):
             if occupant is not None:
                 raise Conflict(f"directory {new_prefix!r} is not empty (it holds {occupant!r})")
             target_file = new_prefix[:-1]
-            in_list, params = _placeholders(
-                "p", [target_file, *(p[:-1] for p in ancestor_prefixes(target_file))]
+            at, params = _memories_at(
+                [target_file, *(p[:-1] for p in ancestor_prefixes(target_file))], "path"
             )
-            blocker = tx.scalar(
-                f"SELECT path FROM memories WHERE store_id = :store AND path IN ({in_list})",
-                params | {"store": store_id},
-            )
+            blocker = tx.scalar(at, params | {"store": store_id})
             if blocker is not None:
                 raise Conflict(f"{blocker!r} is a memory, so {new_prefix!r} cannot be a directory")
             now = utc_now()

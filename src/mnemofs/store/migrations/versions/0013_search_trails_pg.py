@@ -47,8 +47,7 @@ PG_DOWN = [
     "DROP FUNCTION mnemofs_search_stale()",
     "DROP INDEX ix_memories_search_stale",
     "ALTER TABLE memories DROP COLUMN search_vector",
-    f"ALTER TABLE memories ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ({VECTOR}) "
-    "STORED",
+    f"ALTER TABLE memories ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ({VECTOR}) STORED",
     "CREATE INDEX ix_memories_search_vector ON memories USING GIN (search_vector)",
     "DROP FUNCTION mnemofs_search_vector(text, text)",
 ]
