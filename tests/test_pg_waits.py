@@ -1,5 +1,7 @@
-"""A mount's request thread waits for PostgreSQL's replies by spinning first (store/pgwait.py):
-every answer still arrives, slow ones and failures included, and only that thread spins."""
+"""A mount's request thread on PostgreSQL (``Database.serve_interactively``): it waits for replies
+by spinning first (store/pgwait.py), and every answer still arrives, slow ones and failures
+included; its plans use indexes even when the statistics say a table is empty. Only that thread
+is so."""
 
 from __future__ import annotations
 
@@ -36,9 +38,39 @@ def test_the_writer_thread_spins_and_still_gets_every_answer(service: MemoryServ
     # A connection made again on the same thread (after a break) spins too; other threads not.
     svc.db._discard()
     assert svc.db._connection().spin_s == SPIN_S
-    seen: list[float] = []
-    other = threading.Thread(target=lambda: seen.append(svc.db._connection().spin_s))
+    seen: list[tuple[float, str]] = []
+
+    def look() -> None:
+        conn = svc.db._connection()
+        seen.append((conn.spin_s, conn.execute("SHOW enable_seqscan").fetchone()[0]))
+        conn.rollback()
+
+    other = threading.Thread(target=look)
     other.start()
     other.join()
-    assert seen == [0.0]
+    assert seen == [(0.0, "on")]
     assert [m.path for m in svc.list_memories(store, depth=None).data] == ["/notes/a.md"]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_the_writer_thread_uses_indexes_after_an_emptied_table_was_vacuumed(
+    service: MemoryService,
+) -> None:
+    """A VACUUM of an emptied table leaves statistics that say it is empty; a plan made then
+    scans the whole table, and a cached one kept doing so while a store refilled."""
+    svc = service
+    store = svc.create_store("Vacuumed", "").id
+    memory, _ = svc.save_file(store, "/a.md", Content.from_text("a"))
+    svc.delete_memory(store, memory.id)
+    with psycopg.connect(svc.db.engine.url.replace("+psycopg", ""), autocommit=True) as admin:
+        admin.execute("VACUUM ANALYZE memories")
+    svc.defer_checkpoints()
+    conn = svc.db._connection()
+    for path in ("/a.md", "/b/c.md"):
+        svc.save_file(store, path, Content.from_text("again"))
+        plan = conn.execute(
+            "EXPLAIN SELECT path, id FROM memories WHERE store_id = %s AND path = %s",
+            (store, path),
+        ).fetchall()
+        conn.rollback()
+        assert not any("Seq Scan" in line for (line,) in plan), plan

@@ -47,6 +47,7 @@ from mnemofs.store.rows import (
     _STORE_COLS,
     _VERSION_COLS,
     ACCESS_FLUSH_S,
+    BY_ID_IN_STORE,
     CHANGES_CHANNEL,
     SEARCH_BATCH,
     SEARCH_TRAIL_S,
@@ -279,7 +280,7 @@ class ServiceBase:
             # The store too: a read noted for one store never touches another's memories
             # (a session token may name any id in its reads, see http/mounts.py).
             tx.run(
-                "UPDATE memories SET accessed_at = :at WHERE id = :id AND store_id = :store "
+                f"UPDATE memories SET accessed_at = :at WHERE {BY_ID_IN_STORE} "
                 "AND (accessed_at IS NULL OR accessed_at < :at)",
                 {"at": stamp, "id": memory_id, "store": store_id},
             )
@@ -300,7 +301,7 @@ class ServiceBase:
         """Send for a memory's row (``Tx.ahead``); the function returned reads it, or NotFound."""
         cols = _MEMORY_COLS + (", content" if content else "")
         sent = tx.ahead(
-            f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store",
+            f"SELECT {cols} FROM memories WHERE {BY_ID_IN_STORE}",
             {"id": memory_id, "store": store_id},
         )
 
@@ -527,8 +528,7 @@ class ServiceBase:
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(
-            f"SELECT {_VERSION_COLS}, content FROM memory_versions "
-            "WHERE id = :id AND store_id = :store",
+            f"SELECT {_VERSION_COLS}, content FROM memory_versions WHERE {BY_ID_IN_STORE}",
             {"id": version_id, "store": store_id},
         )
         if row is None:

@@ -143,10 +143,10 @@ class FeedMixin(ServiceBase):
     def defer_checkpoints(self) -> None:
         """For a long-lived writer whose thread answers a program waiting on each reply (a
         mount), called on that thread: keep WAL checkpoints out of its commits (SQLite; it
-        then calls ``checkpoint`` from a background thread), and let its waits for the
-        server's replies spin briefly before they sleep (PostgreSQL: store/pgwait.py)."""
+        then calls ``checkpoint`` from a background thread), and on PostgreSQL let its waits
+        for replies spin briefly and its plans use indexes (``Database.serve_interactively``)."""
         self.db.defer_checkpoints()
-        self.db.spin_for_replies()
+        self.db.serve_interactively()
 
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount calls it a few times a second):

@@ -45,6 +45,12 @@ JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
 
 EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
 
+# One row by its id, and only if it is in store :store. The store is compared as an expression:
+# with two plain equalities PostgreSQL picks between the id's index and the (store_id, ...) one
+# by its statistics, and when they say the table is almost empty (a VACUUM just after a store
+# was emptied) it may take the store's index and walk every row of the store to find the one id
+# (1.4 ms for 2,000 memories instead of 0.02; issue 17).
+BY_ID_IN_STORE = "id = :id AND store_id || '' = :store"
 SEARCH_TRAIL_S = 1.0  # the search index takes in saved changes at most about this late
 SEARCH_BATCH = 200  # changes taken into the index per transaction in the background
 ACCESS_FLUSH_S = 1.0  # noted reads reach the database at least this often while reading

@@ -22,6 +22,7 @@ from mnemofs.paths import (
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
     _MEMORY_COLS,
+    BY_ID_IN_STORE,
     StoreLock,
     _memories_at,
     _screen,
@@ -64,7 +65,7 @@ class SavesMixin(ServiceBase):
             # lookup (a create's one UPDATE instead of two). Whether anything changed is a
             # comparison of hashes: the stored content is read for the secrets screen only.
             cols = _MEMORY_COLS + ", content"
-            by_id = f"SELECT {cols} FROM memories WHERE id = :id AND store_id = :store"
+            by_id = f"SELECT {cols} FROM memories WHERE {BY_ID_IN_STORE}"
             ids = {"id": memory_id, "store": store_id}
             locked: StoreLock | None = None
             row = there = None

@@ -224,8 +224,8 @@ class Database:
                 raise
             self._down = None
             self._local.conn = conn
-            if self.dialect == "postgresql":
-                conn.spin_s = getattr(self._local, "spin_s", 0.0)
+            if getattr(self._local, "interactive", False):
+                self._make_interactive(conn)
             with self._lock:
                 ended = [t for t in self._all if not t.is_alive()]
                 orphans = [self._all.pop(t) for t in ended]
@@ -274,15 +274,25 @@ class Database:
             self._connection().execute("PRAGMA wal_autocheckpoint = 0")
             self._deferred = True
 
-    def spin_for_replies(self) -> None:
-        """Let this thread's waits for PostgreSQL's replies spin up to ``pgwait.SPIN_S``
-        before they sleep (see store/pgwait.py): for the one thread that serves a program
-        waiting on every reply, a mount's request loop. Nothing changes on SQLite."""
+    def serve_interactively(self) -> None:
+        """Mark this thread as the one that answers a program waiting on every reply (a
+        mount's request loop). On PostgreSQL its connection (and any made again on it later)
+        then waits for replies by spinning first (store/pgwait.py) and plans no whole-table
+        scan where an index can answer: after a VACUUM of an emptied table its statistics say
+        it is empty, so a cached plan kept scanning it while a store refilled (a rename's path
+        check 3x slower until the next ANALYZE, up to a minute later; issue 17). Every query
+        of that thread has an index to use. Nothing changes on SQLite."""
         if self.dialect == "postgresql":
-            self._local.spin_s = SPIN_S
+            self._local.interactive = True
             conn = getattr(self._local, "conn", None)
             if conn is not None:
-                conn.spin_s = SPIN_S
+                self._make_interactive(conn)
+
+    @staticmethod
+    def _make_interactive(conn: Any) -> None:
+        conn.spin_s = SPIN_S
+        conn.execute("SET enable_seqscan = off")  # for the session: it outlives the commit
+        conn.commit()
 
     @property
     def deferred(self) -> bool:
