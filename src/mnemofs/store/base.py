@@ -496,19 +496,16 @@ class ServiceBase:
             actor=actor,
             folded_id=folded_id,
         )
+        changes = {"path": new_path, "now": now, "version": version_id, "id": row.id}
+        if sha == row.content_sha256:  # a rename: the content stays where it is
+            set_content = ""
+        else:
+            set_content = "content = :content, content_sha256 = :sha, size_bytes = :size, "
+            changes |= {"content": new_content, "sha": sha, "size": size}
         tx.run(
-            "UPDATE memories SET path = :path, content = :content, content_sha256 = :sha, "
-            "size_bytes = :size, updated_at = :now, head_version_id = :version, "
-            "accessed_at = :now WHERE id = :id",
-            {
-                "path": new_path,
-                "content": new_content,
-                "sha": sha,
-                "size": size,
-                "now": now,
-                "version": version_id,
-                "id": row.id,
-            },
+            f"UPDATE memories SET path = :path, {set_content}updated_at = :now, "
+            "head_version_id = :version, accessed_at = :now WHERE id = :id",
+            changes,
         )
         if keep_directory and new_path != row.path:
             self._keep_directory(tx, store_id, row.path, now)
