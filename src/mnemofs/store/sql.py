@@ -111,7 +111,7 @@ class Tx:
         def later() -> list[Any]:
             with cur:
                 found = cur.fetchall()
-                make = self._db.row_type(sql, cur.description)
+                make = self._db.row_type(sql, cur)
                 return [make(row) for row in found]
 
         return later
@@ -120,7 +120,7 @@ class Tx:
         cur = self._cursor
         cur.execute(self._db.sql(sql), params or {})
         rows = cur.fetchall()  # first: in pipeline mode the description comes with the rows
-        make = self._db.row_type(sql, cur.description)
+        make = self._db.row_type(sql, cur)
         return [make(row) for row in rows]
 
     def one(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -128,7 +128,7 @@ class Tx:
         cur = self._cursor
         cur.execute(self._db.sql(sql), params or {})
         row = cur.fetchone()
-        return None if row is None else self._db.row_type(sql, cur.description)(row)
+        return None if row is None else self._db.row_type(sql, cur)(row)
 
     def scalar(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
         cur = self._cursor
@@ -174,12 +174,15 @@ class Database:
         self._sql[text] = converted
         return converted
 
-    def row_type(self, sql: str, description: Any) -> Callable[[Any], Any]:
+    def row_type(self, sql: str, cursor: Any) -> Callable[[Any], Any]:
+        """Rows of ``sql`` with attribute access, made from ``cursor``'s description once (the
+        driver builds a description anew each time it is asked)."""
         try:
             return self._rows[sql]
         except KeyError:
             pass
-        row_class: Any = namedtuple("Row", [d[0] for d in description])  # type: ignore[misc]
+        names = [d[0] for d in cursor.description]
+        row_class: Any = namedtuple("Row", names)  # type: ignore[misc]
         make: Callable[[Any], Any] = row_class._make
         self._rows[sql] = make
         return make
