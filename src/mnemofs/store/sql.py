@@ -227,8 +227,6 @@ class Database:
                 raise
             self._down = None
             self._local.conn = conn
-            if getattr(self._local, "interactive", False):
-                self._make_interactive(conn)
             with self._lock:
                 ended = [t for t in self._all if not t.is_alive()]
                 orphans = [self._all.pop(t) for t in ended]
@@ -236,6 +234,8 @@ class Database:
             for orphan in orphans:
                 with suppress(Exception):
                     orphan.close()
+            if getattr(self._local, "interactive", False):
+                self._make_interactive(conn)  # after it is known: close() reaches it
         return conn
 
     def _discard(self) -> None:
