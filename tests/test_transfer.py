@@ -369,3 +369,37 @@ def test_keep_ids_with_a_memory_over_several_pages(
         assert state(target, sid, ids=True) == before
     finally:
         target.close()
+
+
+def test_an_export_is_one_snapshot(service: MemoryService) -> None:
+    """A save committed while an export runs is not in it, not even in part: every record
+    comes from the moment the export began (PostgreSQL: its reads run in one REPEATABLE READ
+    transaction; other reads see each statement's own moment)."""
+    import threading
+
+    from mnemofs.content import Content
+
+    store = service.create_store("Snap", "").id
+    service.create_memory(store, "/before.md", "before")
+    saved = threading.Event()
+
+    def save_meanwhile() -> None:  # another thread: another connection, committed at once
+        service.save_file(store, "/during.md", Content.from_text("during"))
+        saved.set()
+
+    records: list[Any] = []
+
+    def emit(record: Any) -> None:
+        if not records:
+            writer = threading.Thread(target=save_meanwhile)
+            writer.start()
+            writer.join()
+        records.append(record)
+
+    counts = service.export_store(store, emit)
+    assert saved.is_set()
+    paths = {getattr(r, "path", None) for r in records}
+    assert "/before.md" in paths
+    assert "/during.md" not in paths
+    assert counts["memories"] == 1
+    assert len(service.list_memories(store, depth=None).data) == 2

@@ -79,8 +79,6 @@ def copy_database(
     report = CopyReport()
 
     def run(src: Tx) -> None:
-        if src.dialect == "postgresql":
-            src.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         _refuse_foreign_rows(src, target)
         for table in TABLES:
             columns = [c.name for c in metadata.tables[table].columns]
@@ -106,7 +104,7 @@ def copy_database(
             )
         _verify(src, target, report)
 
-    source.run(run, write=False, once=True)
+    source.run(run, write=False, once=True, snapshot=True)
     return report
 
 

@@ -226,6 +226,8 @@ class Database:
                 self._mark_down(str(exc))
                 raise
             self._down = None
+            if self.dialect == "postgresql":
+                conn.autocommit = True  # transactions are ours: see _transaction
             self._local.conn = conn
             with self._lock:
                 ended = [t for t in self._all if not t.is_alive()]
@@ -425,7 +427,7 @@ class Database:
         self._local = threading.local()
 
     @contextmanager
-    def _transaction(self, write: bool, state: list[bool]) -> Iterator[Tx]:
+    def _transaction(self, write: bool, state: list[bool], snapshot: bool) -> Iterator[Tx]:
         dbapi = self._connection()
         cursor = dbapi.cursor()
         sqlite = self.dialect == "sqlite"
@@ -435,29 +437,26 @@ class Database:
                 yield Tx(self, cursor)
                 state.append(True)  # committing: a broken connection is an unknown outcome
                 cursor.execute("COMMIT")
-            elif not write:
+            elif not write and not snapshot:
+                # Each statement on its own (the connection is in autocommit mode): under READ
+                # COMMITTED every statement of a transaction takes a snapshot of its own anyway,
+                # and the driver's BEGIN and COMMIT were a round trip each.
                 yield Tx(self, cursor)
-                dbapi.commit()
+            elif not write:
+                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield Tx(self, cursor)
+                cursor.execute("COMMIT")
             else:
                 # Pipeline mode, with our own BEGIN and COMMIT: BEGIN goes out with the first
                 # statement, statements whose result nobody reads (Tx.run) with the next one
                 # that needs an answer, and the last of them with the COMMIT. (The driver's
                 # own BEGIN waits for its answer, and its commit() and the pipeline's end
                 # each wait once more: five round trips for a save instead of three.)
-                dbapi.autocommit = True
-                try:
-                    with dbapi.pipeline() as pipeline:
-                        cursor.execute("BEGIN")
-                        yield Tx(self, cursor, pipeline)
-                        state.append(True)
-                        cursor.execute("COMMIT")
-                except BaseException:
-                    with suppress(self._driver_error):
-                        dbapi.rollback()  # before autocommit can be switched back
-                    raise
-                finally:
-                    with suppress(self._driver_error):
-                        dbapi.autocommit = False
+                with dbapi.pipeline() as pipeline:
+                    cursor.execute("BEGIN")
+                    yield Tx(self, cursor, pipeline)
+                    state.append(True)
+                    cursor.execute("COMMIT")
         except BaseException:
             try:
                 if self.dialect == "sqlite":
@@ -472,11 +471,16 @@ class Database:
             with suppress(self._driver_error):
                 cursor.close()
 
-    def run(self, fn: Callable[[Tx], T], *, write: bool, once: bool = False) -> T:
+    def run(
+        self, fn: Callable[[Tx], T], *, write: bool, once: bool = False, snapshot: bool = False
+    ) -> T:
         """``fn`` in one transaction, retried on transient failures (a busy SQLite file, a
         PostgreSQL serialization failure or deadlock, a connection that broke). With
         ``once``, never run twice: for an ``fn`` with effects outside the database (an
-        export writing a file, an import reading one), a failure is ``Unavailable`` at once."""
+        export writing a file, an import reading one), a failure is ``Unavailable`` at once.
+        A read (``write=False``) on PostgreSQL sees what each of its statements sees (READ
+        COMMITTED); with ``snapshot`` all of them see one snapshot (REPEATABLE READ). On SQLite
+        a read transaction is one snapshot either way."""
         if write and self._restarting.locked():  # a truncating checkpoint goes first
             self._wait_for_restart()
         delay = 0.005
@@ -489,10 +493,10 @@ class Database:
                     # here, woken at once, instead of in SQLite's busy handler, which sleeps
                     # 1, 2, 5, 10... ms between tries (a save behind the mount's background
                     # search catch-up waited milliseconds for a lock held microseconds more).
-                    with self._writer, self._transaction(write, committing) as tx:
+                    with self._writer, self._transaction(write, committing, snapshot) as tx:
                         result = fn(tx)
                 else:
-                    with self._transaction(write, committing) as tx:
+                    with self._transaction(write, committing, snapshot) as tx:
                         result = fn(tx)
                 if write and self.dialect == "sqlite" and not self._deferred:
                     self._after_write()

@@ -69,8 +69,6 @@ class TransferMixin(ServiceBase):
         ``heads_only``: each live memory's head as its only version (a ``created`` one)."""
 
         def run(tx: Tx) -> dict[str, int]:
-            if tx.dialect == "postgresql":
-                tx.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             counts = dict.fromkeys(("directories", "versions", "memories"), 0)
             row = self._store_row(tx, store_id)
             emit(
@@ -130,7 +128,7 @@ class TransferMixin(ServiceBase):
                 counts["memories"] += 1
             return counts
 
-        return self.db.run(run, write=False, once=True)
+        return self.db.run(run, write=False, once=True, snapshot=True)
 
     def export_size(self, store_id: str, *, heads_only: bool = False) -> int:
         """How many records an export of the store holds (for a progress bar)."""
