@@ -120,12 +120,8 @@ def test_0007_keeps_existing_stores_as_they_were(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def test_0009_the_index_trails_after_the_upgrade(tmp_path: Path) -> None:
-    """A database indexed by 0004's triggers keeps its index: after 0009 the triggers only
-    note changes, and a search takes them in."""
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    engine = make_engine(url, check_schema=False)
-    upgrade(engine, "0008")
+def _an_old_heron(engine: Engine) -> None:
+    """A store with one memory, written as a database of an older revision holds them."""
     with engine.sqlalchemy().begin() as conn:
         conn.execute(
             text(
@@ -141,6 +137,15 @@ def test_0009_the_index_trails_after_the_upgrade(tmp_path: Path) -> None:
                 "'/old.md', 'an indexed heron', 'x', 16, 't', 't', 'memver_1')"
             )
         )
+
+
+def test_0009_the_index_trails_after_the_upgrade(tmp_path: Path) -> None:
+    """A database indexed by 0004's triggers keeps its index: after 0009 the triggers only
+    note changes, and a search takes them in."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = make_engine(url, check_schema=False)
+    upgrade(engine, "0008")
+    _an_old_heron(engine)
     upgrade(engine)
     service = MemoryService(engine)
     assert [h.path for h in service.search("memstore_1", "heron")] == ["/old.md"]
@@ -171,22 +176,7 @@ def test_0013_postgres_vectors_are_made_and_then_trail(tmp_path: Path) -> None:
     try:
         engine = make_engine(own_url, check_schema=False)
         upgrade(engine, "0012")
-        with engine.sqlalchemy().begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
-                    "memory_count, revision, kind, owner, on_full, secrets, metadata) VALUES "
-                    "('memstore_1', 's', '', 't', 't', 1, 0, 'memory', '', 'refuse', 'refuse', "
-                    "'{}')"
-                )
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO memories (id, store_id, path, content, content_sha256, "
-                    "size_bytes, created_at, updated_at, head_version_id) VALUES ('mem_1', "
-                    "'memstore_1', '/old.md', 'an indexed heron', 'x', 16, 't', 't', 'memver_1')"
-                )
-            )
+        _an_old_heron(engine)
         upgrade(engine)
         stale = "SELECT COUNT(*) FROM memories WHERE search_vector IS NULL"
         with engine.sqlalchemy().connect() as conn:
