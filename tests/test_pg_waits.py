@@ -26,24 +26,25 @@ def test_the_writer_thread_spins_and_still_gets_every_answer(service: MemoryServ
     assert conn.spin_s == SPIN_S
     # Answers slower than the spin come through psycopg's own wait.
     assert conn.execute("SELECT pg_sleep(0.01), 42").fetchone() == ("", 42)
-    conn.rollback()
     memory, _ = svc.save_file(store, "/notes/a.md", Content.from_text("alpha"))
     svc.save_file(store, "/notes/a.md", Content.from_text("beta"), memory_id=memory.id)
     assert svc.get_memory(store, memory.id).content == "beta"
-    # A failure the server reports mid-wait still surfaces as itself.
+    # A failure the server reports mid-wait still surfaces as itself (the timeout stays with
+    # this connection, which is dropped next).
     conn.execute("SET statement_timeout = 50")
     with pytest.raises(psycopg.errors.QueryCanceled):
         conn.execute("SELECT pg_sleep(2)")
-    conn.rollback()
-    # A connection made again on the same thread (after a break) spins too; other threads not.
+    # A connection made again on the same thread (after a break) is set up the same; other
+    # threads' are not.
     svc.db._discard()
-    assert svc.db._connection().spin_s == SPIN_S
+    again = svc.db._connection()
+    assert again.spin_s == SPIN_S
+    assert again.execute("SHOW enable_seqscan").fetchone()[0] == "off"
     seen: list[tuple[float, str]] = []
 
     def look() -> None:
         conn = svc.db._connection()
         seen.append((conn.spin_s, conn.execute("SHOW enable_seqscan").fetchone()[0]))
-        conn.rollback()
 
     other = threading.Thread(target=look)
     other.start()
@@ -72,5 +73,4 @@ def test_the_writer_thread_uses_indexes_after_an_emptied_table_was_vacuumed(
             "EXPLAIN SELECT path, id FROM memories WHERE store_id = %s AND path = %s",
             (store, path),
         ).fetchall()
-        conn.rollback()
         assert not any("Seq Scan" in line for (line,) in plan), plan

@@ -151,7 +151,8 @@ class FeedMixin(ServiceBase):
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount calls it a few times a second):
         take saved changes into the search index at most ``SEARCH_TRAIL_S`` late, and keep
-        the WAL small (see ``Database.checkpoint``). SQLite only; a no-op on PostgreSQL."""
+        the WAL small (see ``Database.checkpoint``). SQLite: ``checkpoint_due`` never asks for
+        it on PostgreSQL, where the service's own trailer thread keeps the index caught up."""
         if time.monotonic() - self._search_caught_up >= SEARCH_TRAIL_S:
             self.catch_up_search()
         self.db.checkpoint(force=force)

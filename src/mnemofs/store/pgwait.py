@@ -4,7 +4,8 @@ psycopg drives every query as a generator that yields what it waits for (the soc
 writable, or both) and blocks in ``poll`` until then. A mount's change is two round trips, each
 a few hundred µs of the server's work, and a thread that went to sleep for that long wakes on a
 cold CPU: on this machine's VM the wake-up and the slower Python after it cost more than the
-wait itself (measured: creates through a PostgreSQL mount 15-30% faster with this spin). So a
+wait itself (measured over interleaved runs: a PostgreSQL mount's write phases 5-25% faster
+with this spin, creates unchanged). So a
 connection marked ``spin_s`` asks the socket with a zero-timeout ``poll`` for up to that long
 before it lets psycopg's own wait block, the way ``fs/loop.py`` waits for the next FUSE request.
 

@@ -296,8 +296,7 @@ class Database:
     @staticmethod
     def _make_interactive(conn: Any) -> None:
         conn.spin_s = SPIN_S
-        conn.execute("SET enable_seqscan = off")  # for the session: it outlives the commit
-        conn.commit()
+        conn.execute("SET enable_seqscan = off")  # for the session (autocommit: at once)
 
     @property
     def deferred(self) -> bool:
