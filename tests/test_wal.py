@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemofs.store import MemoryService, make_engine, sql
+from mnemofs.store import MemoryService, make_engine, wal
 
 SAVES = 3000
 MIB = 1024 * 1024
@@ -58,8 +58,8 @@ def test_any_other_writer_cuts_the_wal_past_the_limit(
 ) -> None:
     """A CLI or sync worker does not defer: after a commit, a WAL over the limit (lowered here
     to 1 MiB) is checkpointed and cut by the committing process itself, readers or not."""
-    monkeypatch.setattr(sql, "WAL_AUTO_TRUNCATE_BYTES", 1 * MIB)
-    monkeypatch.setattr(sql, "WAL_CHECKPOINT_INTERVAL_S", 0.0)  # look after every commit
+    monkeypatch.setattr(wal, "WAL_AUTO_TRUNCATE_BYTES", 1 * MIB)
+    monkeypatch.setattr(wal, "WAL_CHECKPOINT_INTERVAL_S", 0.0)  # look after every commit
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     service = MemoryService(make_engine(url), actor="api")
     reader = MemoryService(make_engine(url), actor="api")
@@ -95,3 +95,69 @@ def test_a_connection_dies_with_its_thread(tmp_path: Path) -> None:
         thread.join()
     assert len(service.db._all) <= 2  # this thread's and the last worker's, at most
     service.close()
+
+
+def test_under_load_the_log_is_rewound_and_once_idle_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While saves keep coming, a checkpoint whose log has reached the limit (here 256 KiB)
+    RESTARTs: the file keeps its size and the next writer overwrites it from the start, so it
+    stops growing without an ftruncate that every save would wait for. Once writes stop, the
+    next checkpoint (due by time) cuts it to nothing."""
+    monkeypatch.setattr(wal, "WAL_CHECKPOINT_BYTES", 256 * 1024)
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}"), actor="api")
+    service.defer_checkpoints()
+    store = service.create_store("S").id
+    db = service.db
+    sizes = []
+    for i in range(600):
+        service.save_file(store, f"/f{i % 20}.md", f"{i} " + "x" * 2000)
+        assert db.checkpoint_due()  # the file changed
+        if i % 10 == 0:  # a mount looks every 0.1 s: several saves in between
+            db.checkpoint()
+        sizes.append(db.wal_size())
+    assert min(sizes[1:]) > 0  # rewound, never cut while the saves came (the first pass cut)
+    assert max(sizes) < 2 * MIB, max(sizes)  # without the rewinds: past 10 MiB
+    db.checkpoint()
+    assert not db.checkpoint_due()  # nothing new since that pass
+    assert db._wal is not None
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S  # a second without a save
+    assert db.checkpoint_due()
+    db.checkpoint()
+    assert db.wal_size() == 0
+    assert not db.checkpoint_due()
+    service.close()
+
+
+def test_background_work_steps_aside_for_a_waiting_writer(tmp_path: Path) -> None:
+    """SQLite lets one writer in at a time, and a thread that releases this process's lock
+    and asks again at once may get it back before a waiting one wakes up (a mount's save
+    waited 30-70 ms behind every batch of a search catch-up). Between its batches background
+    work calls ``step_aside``, which returns only once the waiting writer has the lock.
+    (Without it the lock is handed over in some tries and not in others: five tries.)"""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}"), actor="api")
+    log = service.db._wal
+    assert log is not None
+
+    def waiting_writer(inside: threading.Event) -> None:
+        with log.writer_turn():
+            inside.set()
+            time.sleep(0.05)
+
+    try:
+        for _ in range(5):
+            inside = threading.Event()
+            thread = threading.Thread(target=waiting_writer, args=(inside,))
+            with log.writer_turn():  # a batch
+                thread.start()
+                while not log._queued:
+                    time.sleep(0.001)
+            service.db.step_aside()
+            got_it_back = log._writer.acquire(blocking=False)
+            if got_it_back:
+                log._writer.release()
+            thread.join()
+            assert not got_it_back  # the waiting writer had it first
+            assert inside.is_set()
+    finally:
+        service.close()

@@ -99,14 +99,18 @@ class ServiceBase:
             self.catch_up_search()
         self.db.close()
 
-    def catch_up_search(self) -> None:
+    def catch_up_search(self, *, upkeep: bool = False) -> None:
         """Take every change noted for the search index into it, ``SEARCH_BATCH`` at a time,
-        each batch its own short transaction."""
+        each batch its own short transaction; a writer waiting behind a batch goes before the
+        next one. ``upkeep`` (a mount's worker thread): the SQLite WAL is checkpointed between
+        batches when due, so a long catch-up does not let it grow meanwhile."""
         self._search_caught_up = time.monotonic()
         if not self.db.run(_search_pending, write=False):
             return
         while self.db.run(lambda tx: _catch_up_search(tx, SEARCH_BATCH), write=True):
-            pass
+            self.db.step_aside()
+            if upkeep:
+                self.db.checkpoint()
 
     def _search_soon(self) -> None:
         """After a write: have the trailer catch up soon (unless a mount's upkeep does)."""

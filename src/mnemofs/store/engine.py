@@ -43,8 +43,10 @@ SQLITE_CACHE_KIB = 8_192
 # file, and with every save writing a version this took 10-25% of save time (measured).
 SQLITE_CHECKPOINT_PAGES = 10_000
 # A WAL file that a restart left larger than this is cut back to it at the next commit (SQLite
-# never shrinks it otherwise). See ``Database.checkpoint`` for how the log gets restarted.
-SQLITE_JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+# never shrinks it otherwise), by the committing writer: above what a mount's log reaches
+# between its checkpoints under load (8-25 MiB), so a save rarely pays for that. How the log
+# gets restarted, and cut when idle: store/wal.py.
+SQLITE_JOURNAL_SIZE_LIMIT = 32 * 1024 * 1024
 
 
 class SchemaOutOfDate(InvalidRequest):

@@ -154,7 +154,7 @@ class FeedMixin(ServiceBase):
         the WAL small (see ``Database.checkpoint``). SQLite: ``checkpoint_due`` never asks for
         it on PostgreSQL, where the service's own trailer thread keeps the index caught up."""
         if time.monotonic() - self._search_caught_up >= SEARCH_TRAIL_S:
-            self.catch_up_search()
+            self.catch_up_search(upkeep=True)
         self.db.checkpoint(force=force)
 
     def checkpoint_due(self) -> bool:

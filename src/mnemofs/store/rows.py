@@ -52,7 +52,7 @@ EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
 # (1.4 ms for 2,000 memories instead of 0.02; issue 17).
 BY_ID_IN_STORE = "id = :id AND store_id || '' = :store"
 SEARCH_TRAIL_S = 1.0  # the search index takes in saved changes at most about this late
-SEARCH_BATCH = 200  # changes taken into the index per transaction in the background
+SEARCH_BATCH = 100  # changes taken into the index per transaction in the background
 ACCESS_FLUSH_S = 1.0  # noted reads reach the database at least this often while reading
 
 _SEARCH_WORD = re.compile(r"\w+")  # a query is its words; operators and quotes are not syntax

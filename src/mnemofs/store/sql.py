@@ -19,23 +19,11 @@ waiting for a server that is not there; a new connection is tried at most every
 ``RECONNECT_INTERVAL_S``, or — for a process that must never block on the network, a mount —
 only by ``probe()``, which it calls from a worker thread (``reconnect_by_probe``).
 
-The SQLite WAL: a PASSIVE checkpoint copies committed pages back into the database but never
-rewinds the log. SQLite starts the log over only when a writer begins right after a checkpoint
-that copied everything and no reader holds a snapshot in it; under a steady stream of saves
-that moment never comes (measured: every passive checkpoint of a soak complete, and the WAL
-growing 60 MB/s to 22 GB beside a 318 MB database). So ``checkpoint`` follows its passive pass
-with a TRUNCATE one, which waits at most ``WAL_RESTART_WAIT_MS`` for the writers and readers of
-the moment (saves wait that long at worst), rewinds the log and cuts the file to nothing. The
-lock is not fair: a writer that commits back to back re-takes it before a waiting checkpoint
-wakes (measured: 3,000 saves in a loop, the WAL at 223 MiB), so this process's own write
-transactions step aside while the truncating pass runs (``_restarting``).
-A mount calls it from a worker thread (``defer_checkpoints``); any other process's commits call
-it themselves once the WAL passes ``WAL_AUTO_TRUNCATE_BYTES``.
+The SQLite WAL and this process's queue for its write lock: store/wal.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -45,8 +33,9 @@ from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from mnemofs.errors import Unavailable
-from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine
+from mnemofs.store.engine import Engine
 from mnemofs.store.pgwait import SPIN_S
+from mnemofs.store.wal import ERASE_WAIT_S, Wal
 
 T = TypeVar("T")
 
@@ -54,11 +43,6 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _PG_RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _RETRIES = 8
 RECONNECT_INTERVAL_S = 0.5
-WAL_CHECKPOINT_BYTES = 8 * 1024 * 1024  # a deferring process checkpoints at this WAL size...
-WAL_CHECKPOINT_INTERVAL_S = 1.0  # ...or this long after its last checkpoint
-WAL_AUTO_TRUNCATE_BYTES = 32 * 1024 * 1024  # any other process, at this size
-WAL_RESTART_WAIT_MS = 200
-ERASE_WAIT_S = 10.0  # how long an erasing change waits for readers to leave the WAL
 
 
 class Tx:
@@ -156,9 +140,7 @@ class Database:
         self._down_at = 0.0
         self.reconnect_by_probe = False  # see the module docstring
         self._deferred = False  # a worker thread checkpoints (defer_checkpoints)
-        self._checkpointed_at = 0.0  # monotonic time of the last checkpoint or WAL size check
-        self._restarting = threading.Lock()  # held by a truncating checkpoint (see above)
-        self._writer = threading.RLock()  # held by this process's SQLite write transaction
+        self._wal = Wal(engine.sqlite_path) if self.dialect == "sqlite" else None
 
     def sql(self, text: str) -> str:
         """``text`` in the driver's parameter style, cached."""
@@ -305,45 +287,36 @@ class Database:
 
     def wal_size(self) -> int:
         """The size of the SQLite WAL file in bytes (0 for a server database)."""
-        if self.dialect != "sqlite":
-            return 0
-        try:
-            return os.stat(self.engine.sqlite_path + "-wal").st_size
-        except FileNotFoundError:
-            return 0
+        return 0 if self._wal is None else self._wal.size()
 
     def checkpoint_due(self) -> bool:
-        """Whether ``checkpoint`` would do anything now: a stat of the WAL, no query."""
-        if self.dialect != "sqlite":
-            return False
-        size = self.wal_size()
-        return size > 0 and (
-            size >= WAL_CHECKPOINT_BYTES
-            or time.monotonic() - self._checkpointed_at >= WAL_CHECKPOINT_INTERVAL_S
-        )
+        """Whether ``checkpoint`` would do anything now (store/wal.py): no query."""
+        return self._wal is not None and self._wal.due()
 
     def checkpoint(self, *, force: bool = False) -> None:
-        """Copy the SQLite WAL back into the database and start it over (see the module
-        docstring); unless ``force``, only once it has grown to ``WAL_CHECKPOINT_BYTES`` or
+        """Copy the SQLite WAL back into the database, and start it over once it is long or
+        cut it once it is quiet (store/wal.py); unless ``force``, only when it changed or
         ``WAL_CHECKPOINT_INTERVAL_S`` has passed. Never waits long for readers or writers."""
-        if self.dialect != "sqlite" or not (self.checkpoint_due() or (force and self.wal_size())):
+        wal = self._wal
+        if wal is None or not (wal.due() or (force and wal.size())):
             return
         try:
-            self._rewind(self._connection(), always=False)
+            wal.rewind(self._connection(), cut=force or wal.due_by_time())
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
-        self._checkpointed_at = time.monotonic()
+        wal.passed()
 
     def clear_wal(self, timeout_s: float = ERASE_WAIT_S) -> bool:
         """Empty the SQLite WAL file (after an erasing change: its older frames still hold what
         was erased), waiting up to ``timeout_s`` for readers in it; False if they outlasted it."""
-        if self.dialect != "sqlite":
+        wal = self._wal
+        if wal is None:
             return True
         deadline = time.monotonic() + timeout_s
         conn = self._connection()
         while True:
             try:
-                done = self._rewind(conn, always=True)
+                done = wal.rewind(conn, cut=True)
             except self._driver_error as exc:
                 raise Unavailable(f"database error: {_first_line(exc)}") from exc
             if done:
@@ -352,20 +325,11 @@ class Database:
                 return False
             time.sleep(0.05)
 
-    def _rewind(self, conn: Any, *, always: bool) -> bool:
-        """A passive pass (the copying; no lock held), then a TRUNCATE pass that waits at most
-        ``WAL_RESTART_WAIT_MS`` while this process's own writes step aside; True if the log
-        was rewound and cut. Without ``always``, an empty log is left as it is."""
-        frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
-        if frames == 0 and not always:  # -1 means busy: it could not even look
-            return True
-        conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
-        try:
-            with self._restarting:
-                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        return not busy
+    def step_aside(self) -> None:
+        """Between a background job's write transactions: let this process's waiting writers
+        go first (SQLite; store/wal.py)."""
+        if self._wal is not None:
+            self._wal.step_aside()
 
     def vacuum(self, tables: tuple[str, ...]) -> None:
         """Rewrite the database without the space deleted rows left: SQLite ``VACUUM`` (the
@@ -385,21 +349,6 @@ class Database:
                 conn.close()
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
-
-    def _wait_for_restart(self) -> None:
-        if self._restarting.acquire(timeout=WAL_RESTART_WAIT_MS / 1000):
-            self._restarting.release()
-
-    def _after_write(self) -> None:
-        """A process that does not defer checkpoints keeps its WAL bounded itself: a stat at
-        most once a second, a checkpoint when the file has grown past the limit."""
-        now = time.monotonic()
-        if now - self._checkpointed_at < WAL_CHECKPOINT_INTERVAL_S:
-            return
-        self._checkpointed_at = now
-        if self.wal_size() >= WAL_AUTO_TRUNCATE_BYTES:
-            with suppress(Unavailable):  # a checkpoint is housekeeping: the commit stands
-                self.checkpoint(force=True)
 
     def listener(self, channel: str) -> Listener | None:
         """A connection that hears ``NOTIFY channel`` (PostgreSQL); None elsewhere."""
@@ -480,26 +429,21 @@ class Database:
         A read (``write=False``) on PostgreSQL sees what each of its statements sees (READ
         COMMITTED); with ``snapshot`` all of them see one snapshot (REPEATABLE READ). On SQLite
         a read transaction is one snapshot either way."""
-        if write and self._restarting.locked():  # a truncating checkpoint goes first
-            self._wait_for_restart()
         delay = 0.005
         replaced = False
+        wal = self._wal
         for attempt in range(_RETRIES):
             committing: list[bool] = []
             try:
-                if write and self.dialect == "sqlite":
-                    # SQLite lets one writer in at a time anyway: this process's writers queue
-                    # here, woken at once, instead of in SQLite's busy handler, which sleeps
-                    # 1, 2, 5, 10... ms between tries (a save behind the mount's background
-                    # search catch-up waited milliseconds for a lock held microseconds more).
-                    with self._writer, self._transaction(write, committing, snapshot) as tx:
+                if write and wal is not None:  # SQLite lets one writer in at a time anyway
+                    with wal.writer_turn(), self._transaction(write, committing, snapshot) as tx:
                         result = fn(tx)
-                else:
-                    with self._transaction(write, committing, snapshot) as tx:
-                        result = fn(tx)
-                if write and self.dialect == "sqlite" and not self._deferred:
-                    self._after_write()
-                return result
+                    if not self._deferred and wal.cut_due():  # no worker checkpoints for us
+                        with suppress(Unavailable):  # housekeeping: the commit stands
+                            self.checkpoint(force=True)
+                    return result
+                with self._transaction(write, committing, snapshot) as tx:
+                    return fn(tx)
             except self._driver_error as exc:
                 transient, broken = self._classify(exc)
                 if once:

@@ -1,0 +1,152 @@
+"""The SQLite WAL of one process's ``Database``: checkpoints that keep it small, and the queue
+for SQLite's one write lock.
+
+A PASSIVE checkpoint copies committed pages back into the database but never rewinds the log.
+SQLite starts the log over only when a writer begins right after a checkpoint that copied
+everything and no reader holds a snapshot in it; under a steady stream of saves that moment
+never comes (measured: every passive checkpoint of a soak complete, and the WAL growing 60 MB/s
+to 22 GB beside a 318 MB database). So a checkpoint follows its passive pass with a RESTART or
+TRUNCATE one, which waits at most ``WAL_RESTART_WAIT_MS`` for the writers and readers of the
+moment (saves wait that long at worst) and makes the next writer start the log over. The lock
+is not fair: a writer that commits back to back re-takes it before a waiting checkpoint wakes
+(measured: 3,000 saves in a loop, the WAL at 223 MiB), so this process's own write
+transactions step aside while that pass runs (``_restarting``).
+
+Rewound, not cut, while the writes keep coming: a checkpoint whose log has reached
+``WAL_CHECKPOINT_BYTES`` RESTARTs, which leaves the file at the size it reached and has the
+next writer overwrite it from its start. Cutting the file as well (TRUNCATE: an ftruncate of
+10-25 MiB) made the pass 2-5 ms, and a mount's saves waited that long several times a second
+under load; a RESTART pass took 0.03-1.4 ms (issue 17). A checkpoint due by time (no pass for
+``WAL_CHECKPOINT_INTERVAL_S``: the writes have let up), a forced one, and one after an erasing
+change (``Database.clear_wal``) TRUNCATE, so an idle database's log is cut to nothing within
+about a second. How much of a rewound log is new cannot be told from the file's size, so a
+deferring process passes whenever the file changed since its last pass (a stat: size and
+mtime); the passive pass copies what is new and reports the log's length, which decides
+whether to RESTART. (Not by reading the ``-shm`` index header: opening and closing any
+descriptor of that file drops every POSIX lock this process holds on it, SQLite's read locks
+included, and another process then overwrote a log still being read: "database disk image is
+malformed" within seconds of two mounts and the CLI sharing a store.)
+
+A mount checkpoints from a worker thread (``Database.defer_checkpoints``); any other process's
+commits do it themselves once the WAL passes ``WAL_AUTO_TRUNCATE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS
+
+WAL_CHECKPOINT_BYTES = 8 * 1024 * 1024  # a deferring process's log starts over at this length
+WAL_CHECKPOINT_INTERVAL_S = 1.0  # and is cut this long after the last pass
+WAL_AUTO_TRUNCATE_BYTES = 32 * 1024 * 1024  # any other process, at this size
+WAL_RESTART_WAIT_MS = 200
+ERASE_WAIT_S = 10.0  # how long an erasing change waits for readers to leave the WAL
+STEP_ASIDE_S = 0.05  # background writes let waiting ones go first for at most this long
+STEP_ASIDE_POLL_S = 0.0001
+
+
+class Wal:
+    """One process's view of a SQLite database's WAL (see the module docstring)."""
+
+    def __init__(self, database_path: str) -> None:
+        self.path = database_path + "-wal"
+        self.checkpointed_at = 0.0  # monotonic time of the last checkpoint or size check
+        self._passed: tuple[int, int] = (0, 0)  # the file's (size, mtime) after the last pass
+        self._frame_bytes = 0  # a frame: the page size and its header (read once)
+        self._restarting = threading.Lock()  # held by a RESTART or TRUNCATE pass
+        self._writer = threading.RLock()  # held by this process's write transaction
+        self._queued = 0  # this process's write transactions waiting for ``_writer``
+        self._queue_lock = threading.Lock()
+
+    def _look(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return (0, 0)
+        return (st.st_size, st.st_mtime_ns)
+
+    def size(self) -> int:
+        """The WAL file's size in bytes."""
+        return self._look()[0]
+
+    def due(self) -> bool:
+        """Whether a deferring process's checkpoint has anything to do: the file changed
+        since the last pass, or it is not empty and no pass came for the interval. A stat,
+        no query."""
+        look = self._look()
+        return look[0] > 0 and (look != self._passed or self.due_by_time())
+
+    def due_by_time(self) -> bool:
+        return time.monotonic() - self.checkpointed_at >= WAL_CHECKPOINT_INTERVAL_S
+
+    def passed(self) -> None:
+        """Note a pass (see ``due``)."""
+        self.checkpointed_at = time.monotonic()
+        self._passed = self._look()
+
+    def cut_due(self) -> bool:
+        """For a process that does not defer checkpoints, after its commit: whether its WAL
+        has grown past ``WAL_AUTO_TRUNCATE_BYTES`` (a stat at most once a second)."""
+        now = time.monotonic()
+        if now - self.checkpointed_at < WAL_CHECKPOINT_INTERVAL_S:
+            return False
+        self.checkpointed_at = now
+        return self.size() >= WAL_AUTO_TRUNCATE_BYTES
+
+    def rewind(self, conn: Any, *, cut: bool) -> bool:
+        """A passive pass (the copying; no lock held), then, once the log has reached
+        ``WAL_CHECKPOINT_BYTES``, a RESTART pass, or with ``cut`` always a TRUNCATE one, that
+        waits at most ``WAL_RESTART_WAIT_MS`` while this process's own writes step aside; True
+        unless that pass found readers or writers in the way."""
+        if not self._frame_bytes:
+            self._frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + 24
+        frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        if not cut and frames * self._frame_bytes < WAL_CHECKPOINT_BYTES:
+            return True  # copied back; -1 frames: busy, it could not even look
+        mode = "TRUNCATE" if cut else "RESTART"
+        conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
+        try:
+            with self._restarting:
+                busy = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[0]
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        return not busy
+
+    @contextmanager
+    def writer_turn(self) -> Iterator[None]:
+        """This process's turn to write. Its writers queue here, woken at once, instead of in
+        SQLite's busy handler, which sleeps 1, 2, 5, 10... ms between tries; they wait for a
+        RESTART or TRUNCATE pass that has begun; one that has to wait is counted while it does
+        (see ``step_aside``)."""
+        if self._restarting.locked() and self._restarting.acquire(
+            timeout=WAL_RESTART_WAIT_MS / 1000
+        ):
+            self._restarting.release()
+        if not self._writer.acquire(blocking=False):
+            with self._queue_lock:
+                self._queued += 1
+            try:
+                self._writer.acquire()
+            finally:
+                with self._queue_lock:
+                    self._queued -= 1
+        try:
+            yield
+        finally:
+            self._writer.release()
+
+    def step_aside(self) -> None:
+        """For background work between its write transactions (the search catch-up's
+        batches): let this process's waiting writers go first, for up to ``STEP_ASIDE_S``.
+        The lock is not fair: a thread that releases it and asks again at once gets it back
+        before a waiting one wakes up (measured: a mount's save waited 30-70 ms, once a
+        second, for a whole catch-up of many batches)."""
+        deadline = time.monotonic() + STEP_ASIDE_S
+        while self._queued and time.monotonic() < deadline:
+            time.sleep(STEP_ASIDE_POLL_S)
