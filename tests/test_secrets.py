@@ -183,3 +183,24 @@ def test_only_what_a_save_adds_is_screened(service: MemoryService) -> None:
     with pytest.raises(SecretDetected, match="GitHub Token on line 3"):
         service.save_file(sid, "/a.md", f"old {AWS}\nmore notes\n{GITHUB}\n")
     assert service.get_memory(sid, memory.id).content == f"old {AWS}\nmore notes\n"
+
+
+def test_a_long_lived_writer_loads_the_screen_before_its_first_save(tmp_path: Path) -> None:
+    """A mount (``defer_checkpoints``) loads the detectors on a thread of its own at start,
+    so its first save does not wait 70-140 ms for them; a one-off process does not load them
+    until it screens something. In a fresh interpreter: this one has them loaded already."""
+    url = "sqlite:///" + str(tmp_path / "db.sqlite")
+    script = f"""
+import sys, threading
+from mnemofs.store import MemoryService, make_engine
+service = MemoryService(make_engine({url!r}), actor="api")
+service.create_store("S")
+assert "detect_secrets" not in sys.modules, "loaded by a one-off process"
+service.defer_checkpoints()
+for thread in threading.enumerate():
+    if thread.name == "mnemofs-warm-up":
+        thread.join()
+assert "detect_secrets.plugins.base" in sys.modules
+service.close()
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=60)

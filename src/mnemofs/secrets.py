@@ -120,6 +120,12 @@ def _checks() -> list[tuple[Any, Any, re.Pattern[str] | None, bool]]:
     return checks
 
 
+def load_checks() -> None:
+    """Load the detectors now rather than at the first screening (for a long-lived process,
+    from a thread of its own)."""
+    _checks()
+
+
 def find_secrets(text: str, *, known: str | None = None) -> list[Finding]:
     """Every credential in ``text``, in line order (one finding per kind and line). With
     ``known`` (what was stored before), only lines that are not in it are looked at: every
