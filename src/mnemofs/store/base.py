@@ -107,7 +107,13 @@ class ServiceBase:
         self._search_caught_up = time.monotonic()
         if not self.db.run(_search_pending, write=False):
             return
-        while self.db.run(lambda tx: _catch_up_search(tx, SEARCH_BATCH), write=True):
+        # A batch that is not full took every note there was: done, even if saves have noted
+        # more since (the next catch-up takes them). Chasing those, a batch of one for every
+        # save let in between, kept each save waiting for a transaction of the catch-up's for
+        # as long as saves came (measured: 120 saves/s in a store of 10,000 memories).
+        while (
+            self.db.run(lambda tx: _catch_up_search(tx, SEARCH_BATCH), write=True) >= SEARCH_BATCH
+        ):
             self.db.step_aside()
             if upkeep:
                 self.db.checkpoint()

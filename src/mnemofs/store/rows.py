@@ -130,9 +130,12 @@ def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
         "WHERE indexed = 1 AND mem_rowid <= :last",
         upto,
     )
+    # CROSS JOIN keeps the notes the outer loop (SQLite's way to fix a join's order): with a
+    # plain JOIN the planner walked every memory up to :last and looked each up in the notes,
+    # ~6-10 ms a batch in a store of 10,000 memories however few notes there were.
     tx.run(
         "INSERT INTO memories_fts (rowid, path, content) SELECT m.rowid, m.path, m.content "
-        "FROM search_pending p JOIN memories m ON m.rowid = p.mem_rowid "
+        "FROM search_pending p CROSS JOIN memories m ON m.rowid = p.mem_rowid "
         "WHERE p.mem_rowid <= :last",
         upto,
     )
