@@ -112,8 +112,11 @@ def test_under_load_the_log_is_rewound_and_once_idle_cut(
     sizes = []
     for i in range(600):
         service.save_file(store, f"/f{i % 20}.md", f"{i} " + "x" * 2000)
-        assert db.checkpoint_due()  # the file changed
         if i % 10 == 0:  # a mount looks every 0.1 s: several saves in between
+            # The file changed (asked here, not after every save: a rewound file keeps its
+            # size and its mtime moves at the kernel's tick, so a save within a millisecond or
+            # two of a pass may not show yet; the next one or the interval's pass takes it).
+            assert db.checkpoint_due()
             db.checkpoint()
         sizes.append(db.wal_size())
     assert min(sizes[1:]) > 0  # rewound, never cut while the saves came (the first pass cut)
