@@ -40,20 +40,22 @@ from mnemofs.store.wal import ERASE_WAIT_S, Wal
 T = TypeVar("T")
 
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-_PG_RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+# serialization_failure, deadlock_detected; a prepared statement lost (store/pgpipe.py)
+_PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
 RECONNECT_INTERVAL_S = 0.5
 
 
 class Tx:
-    """One open transaction: run statements, get rows with attribute access."""
+    """One open transaction: run statements, get rows with attribute access. On a driver's
+    cursor (SQLite; PostgreSQL reads); a PostgreSQL write is ``pgpipe.PipelineTx``, whose
+    statements wait in a pipeline until one needs an answer."""
 
-    __slots__ = ("_cursor", "_db", "_pipeline")
+    __slots__ = ("_cursor", "_db")
 
-    def __init__(self, db: Database, cursor: Any, pipeline: Any = None) -> None:
+    def __init__(self, db: Database, cursor: Any) -> None:
         self._db = db
         self._cursor = cursor
-        self._pipeline = pipeline
 
     @property
     def dialect(self) -> str:
@@ -61,15 +63,13 @@ class Tx:
 
     def run(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         """Execute a statement whose result nobody reads. In a PostgreSQL write transaction
-        it goes out with the next one that needs an answer (pipeline mode): a save's inserts
-        and its COMMIT share one round trip. Its errors surface there too, before the commit."""
+        it goes out with the next one that needs an answer: a save's inserts and its COMMIT
+        share one round trip. Its errors surface there too, before the commit."""
         self._cursor.execute(self._db.sql(sql), params or {})
 
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute; return the number of rows changed (waits for the answer)."""
         self._cursor.execute(self._db.sql(sql), params or {})
-        if self._pipeline is not None:
-            self._pipeline.sync()
         return int(self._cursor.rowcount)
 
     def many(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> int:
@@ -77,8 +77,6 @@ class Tx:
         if not rows:
             return 0
         self._cursor.executemany(self._db.sql(sql), rows)
-        if self._pipeline is not None:
-            self._pipeline.sync()
         return int(self._cursor.rowcount)
 
     def ahead(self, sql: str, params: Mapping[str, Any] | None = None) -> Callable[[], list[Any]]:
@@ -86,24 +84,13 @@ class Tx:
         transaction it goes out with the next statement that waits for an answer and runs after
         the ones sent before it: a lock and the lookup behind it share one round trip.
         Elsewhere it runs at once."""
-        if self._pipeline is None:
-            now = self.all(sql, params)
-            return lambda: now
-        cur = self._cursor.connection.cursor()  # its own: the next statement must not end it
-        cur.execute(self._db.sql(sql), params or {})
-
-        def later() -> list[Any]:
-            with cur:
-                found = cur.fetchall()
-                make = self._db.row_type(sql, cur)
-                return [make(row) for row in found]
-
-        return later
+        now = self.all(sql, params)
+        return lambda: now
 
     def all(self, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         cur = self._cursor
         cur.execute(self._db.sql(sql), params or {})
-        rows = cur.fetchall()  # first: in pipeline mode the description comes with the rows
+        rows = cur.fetchall()
         make = self._db.row_type(sql, cur)
         return [make(row) for row in rows]
 
@@ -162,8 +149,14 @@ class Database:
         try:
             return self._rows[sql]
         except KeyError:
+            return self.row_maker(sql, [d[0] for d in cursor.description])
+
+    def row_maker(self, sql: str, names: list[str]) -> Callable[[Any], Any]:
+        """Rows of ``sql`` with attribute access, for these column names (cached by ``sql``)."""
+        try:
+            return self._rows[sql]
+        except KeyError:
             pass
-        names = [d[0] for d in cursor.description]
         row_class: Any = namedtuple("Row", names)  # type: ignore[misc]
         make: Callable[[Any], Any] = row_class._make
         self._rows[sql] = make
@@ -395,16 +388,19 @@ class Database:
                 yield Tx(self, cursor)
                 cursor.execute("COMMIT")
             else:
-                # Pipeline mode, with our own BEGIN and COMMIT: BEGIN goes out with the first
-                # statement, statements whose result nobody reads (Tx.run) with the next one
-                # that needs an answer, and the last of them with the COMMIT. (The driver's
-                # own BEGIN waits for its answer, and its commit() and the pipeline's end
-                # each wait once more: five round trips for a save instead of three.)
-                with dbapi.pipeline() as pipeline:
-                    cursor.execute("BEGIN")
-                    yield Tx(self, cursor, pipeline)
+                # libpq's pipeline, with our own BEGIN and COMMIT (store/pgpipe.py): BEGIN goes
+                # out with the first statement, statements whose result nobody reads (Tx.run)
+                # with the next one that needs an answer, and the last of them with the COMMIT.
+                from mnemofs.store.pgpipe import PipelineTx
+
+                tx = PipelineTx(self, dbapi)
+                try:
+                    tx.begin()
+                    yield tx
                     state.append(True)
-                    cursor.execute("COMMIT")
+                    tx.commit()
+                finally:
+                    tx.close()
         except BaseException:
             try:
                 if self.dialect == "sqlite":

@@ -1,0 +1,167 @@
+"""PostgreSQL write transactions on libpq's pipeline (store/pgpipe.py): a change is still two
+round trips, rows hold what psycopg would give, a failure or a refusal rolls back everything the
+transaction sent and leaves the connection idle and usable, prepared statements the server lost
+are made again, and an answer slower than the spin still arrives."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from mnemofs.content import Content
+from mnemofs.errors import Conflict, Unavailable
+from mnemofs.store import MemoryService
+from mnemofs.store.pgpipe import PipelineTx
+from mnemofs.store.sql import Tx
+
+pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times each write transaction waited for the server (one count per ``run``)."""
+    counts: list[int] = []
+    real_sync, real_init = PipelineTx._sync, PipelineTx.__init__
+
+    def init(self: PipelineTx, *args: Any) -> None:
+        real_init(self, *args)
+        counts.append(0)
+
+    def sync(self: PipelineTx) -> None:
+        counts[-1] += 1
+        real_sync(self)
+
+    monkeypatch.setattr(PipelineTx, "__init__", init)
+    monkeypatch.setattr(PipelineTx, "_sync", sync)
+    return counts
+
+
+def _idle(service: MemoryService) -> bool:
+    pg = service.db._connection().pgconn
+    return (
+        pg.pipeline_status == pq.PipelineStatus.OFF
+        and pg.transaction_status == pq.TransactionStatus.IDLE
+    )
+
+
+def test_every_change_is_two_round_trips(service: MemoryService, syncs: list[int]) -> None:
+    store = service.create_store("Trips").id
+    service.defer_checkpoints()  # a mount's thread: a spinning wait
+    syncs.clear()
+    memory, _ = service.save_file(store, "/a/b.md", Content.from_text("one"))
+    service.save_file(store, "/a/b.md", Content.from_text("two"), memory_id=memory.id)
+    service.update_memory(store, memory.id, path="/a/c.md", keep_directory=True)
+    service.make_directory(store, "/d")
+    service.remove_directory(store, "/d")
+    service.delete_memory(store, memory.id, keep_directory=True)
+    assert syncs == [2] * 6
+    assert _idle(service)
+    versions = service.list_versions(store, memory_id=memory.id).data
+    assert [v.path for v in versions] == ["/a/c.md", "/a/c.md", "/a/b.md", "/a/b.md"]
+
+
+def test_rows_hold_what_psycopg_gives(service: MemoryService) -> None:
+    store = service.create_store("Types").id
+    memory = service.create_memory(store, "/t.md", "text")
+    sql = (
+        "SELECT v.seq, v.id, v.size_bytes, v.redacted_at, v.size_bytes > 0 AS sized, "
+        "s.memory_count, s.max_memories FROM memory_versions v "
+        "JOIN memory_stores s ON s.id = v.store_id WHERE v.memory_id = :m"
+    )
+    piped = service.db.run(lambda tx: tx.all(sql, {"m": memory.id}), write=True)
+    plain = service.db.run(lambda tx: tx.all(sql, {"m": memory.id}), write=False)
+    assert piped == plain
+    assert [type(value) for value in piped[0]] == [type(value) for value in plain[0]]
+    assert piped[0].sized is True
+    assert piped[0].redacted_at is None
+    assert service.db.run(lambda tx: tx.scalar(sql, {"m": memory.id}), write=True) == piped[0][0]
+
+
+def test_a_failed_statement_rolls_back_all_the_transaction_sent(service: MemoryService) -> None:
+    store = service.create_store("Fail").id
+    before = service.get_store(store)
+
+    def clash(tx: Tx) -> None:
+        tx.run("UPDATE memory_stores SET description = 'changed' WHERE id = :id", {"id": store})
+        insert = "INSERT INTO directories (store_id, path, created_at) VALUES (:s, '/x/', 'now')"
+        tx.run(insert, {"s": store})
+        tx.run(insert, {"s": store})  # the same row again: a unique violation, found at the
+        tx.one("SELECT 1 AS one")  # next round trip
+
+    with pytest.raises(Unavailable, match="duplicate key"):
+        service.db.run(clash, write=True)
+    assert _idle(service)
+    assert service.get_store(store) == before
+    assert service.list_memories(store, depth=1).data == []
+    service.make_directory(store, "/y")  # the connection goes on
+    assert [p.path for p in service.list_memories(store, depth=1).data] == ["/y/"]
+
+
+def test_a_refusal_after_the_lookups_leaves_nothing(service: MemoryService) -> None:
+    store = service.create_store("Refuse").id
+    service.create_memory(store, "/taken.md", "x")
+    before = service.get_store(store)
+    with pytest.raises(Conflict):
+        service.make_directory(store, "/taken.md")
+    with pytest.raises(Conflict):
+        service.create_memory(store, "/taken.md/under.md", "y")
+    assert _idle(service)
+    assert service.get_store(store) == before  # not even the revision moved
+    # The rollback of a refused change is the pipeline's own: psycopg's, once psycopg has
+    # prepared a statement of its own, deallocates every prepared statement, ours too.
+    conn = service.db._connection()
+    for _ in range(6):
+        conn.execute("SELECT %s::int", [1])
+    ours = "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'mnemofs_%%'"
+    made = conn.execute(ours).fetchone()
+    with pytest.raises(Conflict):
+        service.make_directory(store, "/taken.md")
+    assert conn.execute(ours).fetchone() == made
+
+
+def test_prepared_statements_lost_on_the_server_are_made_again(service: MemoryService) -> None:
+    store = service.create_store("Lost").id
+    service.create_memory(store, "/one.md", "1")
+    conn = service.db._connection()
+    assert conn.mnemofs_prepared  # the writes above prepared their statements
+    conn.execute("DEALLOCATE ALL")
+    service.create_memory(store, "/two.md", "2")  # retried once, prepared anew
+    # psycopg's own rollback deallocates everything it prepared (and ours with it): a failed
+    # read that psycopg had prepared its query for, then a write.
+    for _ in range(6):
+        conn.execute("SELECT %s::int", [1])
+    conn.execute("BEGIN")
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        conn.execute("SELECT 1 / 0")
+    conn.rollback()
+    service.create_memory(store, "/three.md", "3")
+    assert sorted(m.path for m in service.list_memories(store).data) == [
+        "/one.md",
+        "/three.md",
+        "/two.md",
+    ]
+
+
+def test_an_answer_slower_than_the_spin_still_arrives(service: MemoryService) -> None:
+    """The store's row is locked by another connection for 0.3 s: the save waits past its spin
+    into ``poll`` and completes once the lock is let go."""
+    store = service.create_store("Slow").id
+    service.defer_checkpoints()
+    other = service.engine.connect()
+    other.execute("SELECT 1 FROM memory_stores WHERE id = %s FOR UPDATE", [store])
+    release = threading.Timer(0.3, other.commit)
+    release.start()
+    try:
+        started = time.monotonic()
+        service.create_memory(store, "/late.md", "finally")
+        assert time.monotonic() - started >= 0.25
+    finally:
+        release.join()
+        other.close()
+    assert service.find_memory(store, "/late.md").content == "finally"
+    assert _idle(service)
