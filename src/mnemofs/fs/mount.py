@@ -44,9 +44,10 @@ SQLITE_FALLBACK_S = 1.0  # SQLite with inotify: a look even if nothing was heard
 # refreshes a second (measured with 4 mounts on 2 cores: looking after every commit took 40%
 # of the writers' throughput).
 LOOK_INTERVAL_S = 0.05
-# SQLite: inotify hears this mount's own commits too; a look that found nothing new is followed
-# by this pause, so own saves wake the watcher at most 200 times a second (A/B runs of 1,000
-# saves/s put the cost of a wakeup per save at 0-15%, inside this machine's noise).
+# Inotify (SQLite) and NOTIFY (PostgreSQL) wake the watcher for this mount's own commits too; a
+# look that found nothing new is followed by this pause, so own saves wake it at most 200 times
+# a second (A/B runs of 1,000 saves/s put the cost of a wakeup per save at 0-15%, inside this
+# machine's noise).
 QUIET_LOOK_PAUSE_S = 0.005
 PROMOTE_INTERVAL_S = 0.25  # how often temp files left alone are looked at
 PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
@@ -115,6 +116,8 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
             else:
                 try:
                     if listener is not None:
+                        if not changed_last:  # our own commits are heard too: pace them
+                            await trio.sleep(QUIET_LOOK_PAUSE_S)
                         with trio.move_on_after(PG_FALLBACK_S):
                             await trio.lowlevel.wait_readable(listener.fileno())
                             await trio.sleep_until(looked + LOOK_INTERVAL_S)

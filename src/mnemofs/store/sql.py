@@ -493,11 +493,18 @@ class Listener:
         return int(self._conn.fileno())
 
     def drain(self) -> set[str]:
-        heard = list(self._conn.notifies(timeout=0))
+        """The payloads heard since the last drain, without waiting. Read from libpq itself
+        (this connection only listens): psycopg's ``notifies(timeout=0)`` took ~95 µs a call
+        on a mount's request thread, measured, for what is a read of the socket's buffer."""
+        pg = self._conn.pgconn
+        pg.consume_input()
+        heard = []
+        while (notify := pg.notifies()) is not None:
+            heard.append(notify)
         if not heard:
             return set()
         own = self._own_pids()
-        return {n.payload for n in heard if n.pid not in own}
+        return {n.extra.decode() for n in heard if n.be_pid not in own}
 
     def close(self) -> None:
         with suppress(Exception):
