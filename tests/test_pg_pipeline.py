@@ -17,7 +17,7 @@ from mnemofs.content import Content
 from mnemofs.errors import Conflict, Unavailable
 from mnemofs.store import MemoryService
 from mnemofs.store.pgpipe import PipelineTx
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
 

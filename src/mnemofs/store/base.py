@@ -62,7 +62,8 @@ from mnemofs.store.rows import (
     keep_directory,
     utc_now,
 )
-from mnemofs.store.sql import Database, Tx
+from mnemofs.store.sql import Database
+from mnemofs.store.tx import Tx
 
 T = TypeVar("T")
 # What memory_versions.operation holds: the wire's words, and 'renamed' for a path change.

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 _BATCH = 500
 

@@ -27,7 +27,8 @@ from typing import Any
 from mnemofs.errors import Conflict, InvalidRequest
 from mnemofs.store.schema import metadata
 from mnemofs.store.service import MemoryService
-from mnemofs.store.sql import Database, Tx
+from mnemofs.store.sql import Database
+from mnemofs.store.tx import Tx
 
 PAGE = 500
 # Parents before children (foreign keys).

@@ -28,7 +28,7 @@ from mnemofs.models import (
 )
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import utc_now
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 KEY_TEXT = "mnemofs-key-"
 TOKEN_TEXT = "mnemofs-token-"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from mnemofs.errors import StoreFull
 from mnemofs.store.rows import EVICT_ACTOR, utc_now
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 if TYPE_CHECKING:
     from mnemofs.store.base import ServiceBase

@@ -32,7 +32,8 @@ from mnemofs.store.rows import (
     _store,
     _version,
 )
-from mnemofs.store.sql import Listener, Tx
+from mnemofs.store.sql import Listener
+from mnemofs.store.tx import Tx
 
 
 class FeedMixin(ServiceBase):

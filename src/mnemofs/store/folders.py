@@ -22,7 +22,7 @@ from mnemofs.paths import validate_path
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import _MEMORY_COLS, _screen, utc_now
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 Verdict = Literal["created", "modified", "unchanged", "skipped"]
 

@@ -13,7 +13,7 @@ from typing import Any
 from mnemofs.models import HistoryEntry, MemoryId, PathHistory, VersionId
 from mnemofs.paths import ROOT, prefix_upper_bound, validate_path
 from mnemofs.store.base import ServiceBase
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 # The last path of every memory under a prefix: live ones, and deleted ones that are gone.
 _LAST_PATHS = (

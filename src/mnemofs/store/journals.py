@@ -20,7 +20,7 @@ from mnemofs.store.rows import (
     _screen,
     utc_now,
 )
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 
 class JournalMixin(ServiceBase):

@@ -41,7 +41,7 @@ from mnemofs.store.rows import (
     _validate_limit,
     utc_now,
 )
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 
 class MemoriesMixin(ServiceBase):

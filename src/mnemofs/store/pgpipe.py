@@ -5,8 +5,8 @@ socket, polls it and looks for results (``cursor.execute`` inside ``Connection.p
 seven statements of a save, ~300 µs of client CPU in one process, measured, of which the two
 waits for the server are the only part that needs the network. Here a write transaction's
 statements are queued in libpq's own buffer and the socket is flushed and read once per round
-trip: the same seven statements in ~100 µs. The round trips stay as they were (store/sql.py,
-``Tx.ahead``): a change is the lock with its lookups, then the writes with the ``COMMIT``.
+trip: the same seven statements in ~100 µs. The round trips stay as they were (``Tx.ahead``):
+a change is the lock with its lookups, then the writes with the ``COMMIT``.
 
 Statements are prepared once per connection (named ``mnemofs_N``, at most ``MAX_PREPARED``;
 later texts run unnamed). Parameters go as text: ``str`` with no type (the server infers it, as
@@ -27,12 +27,9 @@ import select
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mnemofs.store.sql import Tx
-
-if TYPE_CHECKING:
-    from mnemofs.store.sql import Database
+from mnemofs.store.tx import Statements, Tx
 
 MAX_PREPARED = 512
 # invalid_sql_statement_name: a prepared statement the server no longer has. Retried
@@ -94,7 +91,7 @@ class PipelineTx(Tx):
 
     __slots__ = ("_conn", "_failed", "_pending", "_pg", "_poller", "_prepared", "_spin_s")
 
-    def __init__(self, db: Database, conn: Any) -> None:
+    def __init__(self, db: Statements, conn: Any) -> None:
         super().__init__(db, None)
         self._conn = conn
         self._pg = conn.pgconn

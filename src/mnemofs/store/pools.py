@@ -19,7 +19,7 @@ from mnemofs.models import POOL_PREFIX, CapacityPool, OnFull, StoreId, new_id
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import _validate_on_full, _validate_store_name, utc_now
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 
 def validate_cap(value: object, what: str, most: int) -> int | None:

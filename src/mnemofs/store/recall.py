@@ -21,7 +21,7 @@ from mnemofs.store.rows import (
     _placeholders,
     _validate_limit,
 )
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 
 class RecallMixin(ServiceBase):

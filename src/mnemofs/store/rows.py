@@ -37,7 +37,7 @@ from mnemofs.models import (
 )
 from mnemofs.paths import ROOT, parent_prefix
 from mnemofs.secrets import find_secrets
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
 

@@ -28,7 +28,7 @@ from mnemofs.store.rows import (
     _screen,
     utc_now,
 )
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a temporary
 

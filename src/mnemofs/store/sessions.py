@@ -29,7 +29,7 @@ from mnemofs.store.rows import (
     _validate_user,
     utc_now,
 )
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 
 class SessionsMixin(ServiceBase):

@@ -28,13 +28,15 @@ import re
 import threading
 import time
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from mnemofs.errors import Unavailable
 from mnemofs.store.engine import Engine
+from mnemofs.store.pgpipe import PipelineTx
 from mnemofs.store.pgwait import SPIN_S
+from mnemofs.store.tx import Tx
 from mnemofs.store.wal import ERASE_WAIT_S, Wal
 
 T = TypeVar("T")
@@ -44,68 +46,6 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
 RECONNECT_INTERVAL_S = 0.5
-
-
-class Tx:
-    """One open transaction: run statements, get rows with attribute access. On a driver's
-    cursor (SQLite; PostgreSQL reads); a PostgreSQL write is ``pgpipe.PipelineTx``, whose
-    statements wait in a pipeline until one needs an answer."""
-
-    __slots__ = ("_cursor", "_db")
-
-    def __init__(self, db: Database, cursor: Any) -> None:
-        self._db = db
-        self._cursor = cursor
-
-    @property
-    def dialect(self) -> str:
-        return self._db.dialect
-
-    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        """Execute a statement whose result nobody reads. In a PostgreSQL write transaction
-        it goes out with the next one that needs an answer: a save's inserts and its COMMIT
-        share one round trip. Its errors surface there too, before the commit."""
-        self._cursor.execute(self._db.sql(sql), params or {})
-
-    def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
-        """Execute; return the number of rows changed (waits for the answer)."""
-        self._cursor.execute(self._db.sql(sql), params or {})
-        return int(self._cursor.rowcount)
-
-    def many(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Execute once per row of parameters; return the number of rows changed in all."""
-        if not rows:
-            return 0
-        self._cursor.executemany(self._db.sql(sql), rows)
-        return int(self._cursor.rowcount)
-
-    def ahead(self, sql: str, params: Mapping[str, Any] | None = None) -> Callable[[], list[Any]]:
-        """Send a query now, read its rows later (call the result). In a PostgreSQL write
-        transaction it goes out with the next statement that waits for an answer and runs after
-        the ones sent before it: a lock and the lookup behind it share one round trip.
-        Elsewhere it runs at once."""
-        now = self.all(sql, params)
-        return lambda: now
-
-    def all(self, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
-        cur = self._cursor
-        cur.execute(self._db.sql(sql), params or {})
-        rows = cur.fetchall()
-        make = self._db.row_type(sql, cur)
-        return [make(row) for row in rows]
-
-    def one(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
-        """The first row, or None."""
-        cur = self._cursor
-        cur.execute(self._db.sql(sql), params or {})
-        row = cur.fetchone()
-        return None if row is None else self._db.row_type(sql, cur)(row)
-
-    def scalar(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
-        cur = self._cursor
-        cur.execute(self._db.sql(sql), params or {})
-        row = cur.fetchone()
-        return None if row is None else row[0]
 
 
 class Database:
@@ -391,8 +331,6 @@ class Database:
                 # libpq's pipeline, with our own BEGIN and COMMIT (store/pgpipe.py): BEGIN goes
                 # out with the first statement, statements whose result nobody reads (Tx.run)
                 # with the next one that needs an answer, and the last of them with the COMMIT.
-                from mnemofs.store.pgpipe import PipelineTx
-
                 tx = PipelineTx(self, dbapi)
                 try:
                     tx.begin()

@@ -26,7 +26,7 @@ from mnemofs.models import STORE_PREFIX, MemoryStore, new_id
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.check import check
 from mnemofs.store.rows import _store, _validate_store_name, _validate_time, utc_now
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 Step = Literal["modify", "move", "delete", "recreate"]
 

@@ -46,7 +46,7 @@ from mnemofs.store.records import (
     where,
 )
 from mnemofs.store.rows import _placeholders, _store
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 PAGE = 256  # rows read or written per statement
 _ORDER = {StoreRecord: 0, DirectoryRecord: 1, VersionRecord: 2, MemoryRecord: 3}

@@ -35,7 +35,7 @@ from mnemofs.store.rows import (
     _version,
     utc_now,
 )
-from mnemofs.store.sql import Tx
+from mnemofs.store.tx import Tx
 
 
 class VersionsMixin(ServiceBase):

@@ -1,0 +1,86 @@
+"""A transaction's statements as the service writes them: ``Tx``, over a driver's cursor.
+
+``Database`` (store/sql.py) opens the transactions; a PostgreSQL write is ``PipelineTx``
+(store/pgpipe.py), the same methods on libpq's pipeline. Statements are plain SQL with
+``:name`` parameters; rows have attribute access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+
+class Statements(Protocol):
+    """What a transaction needs of its database: the dialect, each statement in the driver's
+    parameter style, and a maker of rows for each statement's columns."""
+
+    dialect: str
+
+    def sql(self, text: str) -> str: ...
+
+    def row_type(self, sql: str, cursor: Any) -> Callable[[Any], Any]: ...
+
+    def row_maker(self, sql: str, names: list[str]) -> Callable[[Any], Any]: ...
+
+
+class Tx:
+    """One open transaction: run statements, get rows with attribute access. On a driver's
+    cursor (SQLite; PostgreSQL reads); a PostgreSQL write is ``pgpipe.PipelineTx``, whose
+    statements wait in a pipeline until one needs an answer."""
+
+    __slots__ = ("_cursor", "_db")
+
+    def __init__(self, db: Statements, cursor: Any) -> None:
+        self._db = db
+        self._cursor = cursor
+
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
+
+    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        """Execute a statement whose result nobody reads. In a PostgreSQL write transaction
+        it goes out with the next one that needs an answer: a save's inserts and its COMMIT
+        share one round trip. Its errors surface there too, before the commit."""
+        self._cursor.execute(self._db.sql(sql), params or {})
+
+    def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
+        """Execute; return the number of rows changed (waits for the answer)."""
+        self._cursor.execute(self._db.sql(sql), params or {})
+        return int(self._cursor.rowcount)
+
+    def many(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Execute once per row of parameters; return the number of rows changed in all."""
+        if not rows:
+            return 0
+        self._cursor.executemany(self._db.sql(sql), rows)
+        return int(self._cursor.rowcount)
+
+    def ahead(self, sql: str, params: Mapping[str, Any] | None = None) -> Callable[[], list[Any]]:
+        """Send a query now, read its rows later (call the result). In a PostgreSQL write
+        transaction it goes out with the next statement that waits for an answer and runs after
+        the ones sent before it: a lock and the lookup behind it share one round trip.
+        Elsewhere it runs at once."""
+        now = self.all(sql, params)
+        return lambda: now
+
+    def all(self, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        cur = self._cursor
+        cur.execute(self._db.sql(sql), params or {})
+        rows = cur.fetchall()
+        make = self._db.row_type(sql, cur)
+        return [make(row) for row in rows]
+
+    def one(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+        """The first row, or None."""
+        cur = self._cursor
+        cur.execute(self._db.sql(sql), params or {})
+        row = cur.fetchone()
+        return None if row is None else self._db.row_type(sql, cur)(row)
+
+    def scalar(self, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+        cur = self._cursor
+        cur.execute(self._db.sql(sql), params or {})
+        row = cur.fetchone()
+        return None if row is None else row[0]
