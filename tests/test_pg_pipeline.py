@@ -5,6 +5,8 @@ are made again, and an answer slower than the spin still arrives."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -181,3 +183,29 @@ def test_content_is_compressed_with_lz4(service: MemoryService) -> None:
     ).fetchall()
     assert found == [("lz4", "lz4")]
     assert service.get_memory(store, memory.id).content == "a line of notes\n" * 400
+
+
+def test_an_interrupted_write_stops_on_the_server_too(service: MemoryService) -> None:
+    """Ctrl-C while a write waits for a lock another connection holds: the server stops
+    waiting (cancelled), rather than going on after the client is gone and taking the lock
+    when it comes free."""
+    store = service.create_store("Interrupted").id
+    backend = service.db._connection().info.backend_pid
+    other = service.engine.connect()
+    other.execute("SELECT 1 FROM memory_stores WHERE id = %s FOR UPDATE", [store])
+    interrupt = threading.Timer(0.3, os.kill, [os.getpid(), signal.SIGINT])
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            service.create_memory(store, "/never.md", "x")
+        waiting = other.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+            [backend],
+        ).fetchone()
+        assert waiting == (0,)
+    finally:
+        interrupt.join()
+        other.rollback()
+        other.close()
+    assert [m.path for m in service.list_memories(store).data] == []
+    service.create_memory(store, "/after.md", "y")  # the service goes on

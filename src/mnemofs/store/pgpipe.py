@@ -38,6 +38,7 @@ LOST_STATEMENT = "26000"
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _INT8, _BOOL, _FLOAT8 = 20, 16, 701
 _POLL_MS = 1000  # a blocking wait wakes this often (signals are handled in between)
+CANCEL_WAIT_S = 2.0  # how long an interrupted wait waits for the server to take the cancel
 
 
 @functools.lru_cache(maxsize=2048)
@@ -250,15 +251,22 @@ class PipelineTx(Tx):
 
     def _wait(self) -> None:
         """Until the socket has something to read: spin first (a mount's request thread,
-        store/pgwait.py), then sleep in ``poll``."""
+        store/pgwait.py), then sleep in ``poll``. Interrupted (Ctrl-C), the server's work is
+        cancelled too, as psycopg's own wait does: a statement waiting for a lock would wait
+        on after its client has gone, holding what it has locked."""
         poll = self._poller.poll
-        if self._spin_s:
-            end = time.perf_counter() + self._spin_s
-            while time.perf_counter() < end:
-                if poll(0):
-                    return
-        while not poll(_POLL_MS):
-            pass
+        try:
+            if self._spin_s:
+                end = time.perf_counter() + self._spin_s
+                while time.perf_counter() < end:
+                    if poll(0):
+                        return
+            while not poll(_POLL_MS):
+                pass
+        except KeyboardInterrupt:
+            with suppress(Exception):
+                self._conn.cancel_safe(timeout=CANCEL_WAIT_S)
+            raise
 
     def _flush(self) -> None:
         """Send the queued statements; while the socket is full, read what the server sends
