@@ -36,10 +36,6 @@ from mnemofs.models import (
     VersionId,
     new_id,
 )
-from mnemofs.paths import (
-    ancestor_prefixes,
-    prefix_upper_bound,
-)
 from mnemofs.store import eviction
 from mnemofs.store.engine import Engine
 from mnemofs.store.rows import (
@@ -54,8 +50,8 @@ from mnemofs.store.rows import (
     StoreLock,
     _access,
     _catch_up_search,
-    _memories_at,
     _memory,
+    _path_query,
     _path_verdict,
     _search_pending,
     _timestamp,
@@ -66,6 +62,8 @@ from mnemofs.store.sql import Database
 from mnemofs.store.tx import Tx
 
 T = TypeVar("T")
+# What a service remembers of its last saves (PostgreSQL): their content, up to this much in all.
+SAVED_KEPT_BYTES = 8 << 20
 # What memory_versions.operation holds: the wire's words, and 'renamed' for a path change.
 StoredOperation = Literal["created", "modified", "renamed", "deleted"]
 log = logging.getLogger("mnemofs.store")
@@ -80,7 +78,9 @@ class ServiceBase:
         self.actor = actor
         self.db = Database(engine)
         self._accessed: dict[tuple[str, str], float] = {}  # (store, memory) -> last read
-        self._pool_of: dict[str, str | None] = {}  # a store's pool, as last seen (PostgreSQL)
+        self._seen: dict[str, StoreLock] = {}  # each store's rules as last locked (PostgreSQL)
+        self._saved: dict[str, tuple[str, str, str]] = {}  # memory -> hash, path, content saved
+        self._saved_bytes = 0  # the content in _saved (see _remember)
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
         # The search index trails saves (SQLite, migration 0009; see ``_search_soon``).
@@ -214,7 +214,8 @@ class ServiceBase:
         On PostgreSQL a change that may create (``room_for``; ``may_create``: a create may
         follow) in a store last seen in a capacity pool locks the pool first: evicting locks
         the victim's store too, and creates each holding their own store deadlocked."""
-        pooled = self._pool_of.get(store_id, "?") is not None  # not seen yet: as if pooled
+        seen = self._seen.get(store_id)
+        pooled = seen is None or seen.pool_id is not None  # not seen yet: as if pooled
         if tx.dialect == "postgresql" and pooled and (may_create or (room_for and count_delta > 0)):
             tx.run(
                 "SELECT 1 FROM capacity_pools WHERE id = "
@@ -251,7 +252,7 @@ class ServiceBase:
                 changed.pool_id,
                 changed.max_memories,
             )
-            self._pool_of[store_id] = lock.pool_id
+            self._seen[store_id] = lock
             if room_for is not None and lock.pool_id is not None and count_delta > 0:
                 eviction.pool_room(self, tx, lock.pool_id, room_for)
             return lock
@@ -341,22 +342,8 @@ class ServiceBase:
         memories at the path or at an ancestor (as a file), the first memory under it, and the
         first explicit directory at or under it.
         """
-        at, params = _memories_at([path, *(p[:-1] for p in ancestor_prefixes(path))])
-        as_dir = path + "/"
-        params |= {
-            "store": store_id,
-            "lo": as_dir,
-            "hi": prefix_upper_bound(as_dir),
-            "ignore": ignore or "",
-        }
-        sent = tx.ahead(
-            f"{at} UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
-            "AND path >= :lo AND path < :hi AND id != :ignore ORDER BY path LIMIT 1) AS under "
-            "UNION ALL SELECT * FROM (SELECT path, NULL AS id FROM directories "
-            "WHERE store_id = :store AND path >= :lo AND path < :hi ORDER BY path LIMIT 1) AS d",
-            params,
-        )
-        return lambda: _path_verdict(sent(), path, as_dir, ignore, existing_ok)
+        sent = tx.ahead(*_path_query(store_id, path, ignore))
+        return lambda: _path_verdict(sent(), path, path + "/", ignore, existing_ok)
 
     def _write_version(
         self,
@@ -533,6 +520,22 @@ class ServiceBase:
         )
 
     _keep_directory = staticmethod(keep_directory)
+
+    def _forget(self, memory_id: str) -> None:
+        forgotten = self._saved.pop(memory_id, None)
+        self._saved_bytes -= len(forgotten[2]) if forgotten else 0
+
+    def _remember(self, memory: Memory) -> None:
+        """Keep a memory's hash, path and content as this service saved them, for the next
+        save over it (``_save_over_last``); all are forgotten once they hold too much."""
+        if memory.content is None:
+            return
+        before = self._saved.pop(memory.id, None)
+        self._saved_bytes += len(memory.content) - (len(before[2]) if before else 0)
+        if self._saved_bytes > SAVED_KEPT_BYTES:
+            self._saved.clear()
+            self._saved_bytes = len(memory.content)
+        self._saved[memory.id] = (memory.content_sha256, memory.path, memory.content)
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(

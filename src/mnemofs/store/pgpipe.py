@@ -29,12 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
-from mnemofs.store.tx import Statements, Tx
+from mnemofs.store.tx import GuardFailed, Statements, Tx
 
 MAX_PREPARED = 512
 # invalid_sql_statement_name: a prepared statement the server no longer has. Retried
 # (store/sql.py), prepared again.
 LOST_STATEMENT = "26000"
+DIVISION_BY_ZERO = "22012"  # how a Tx.guard fails
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _INT8, _BOOL, _FLOAT8 = 20, 16, 701
 _POLL_MS = 1000  # a blocking wait wakes this often (signals are handled in between)
@@ -78,12 +79,13 @@ def _type_of(value: Any) -> int:
 class _Pending:
     """A statement sent whose results have not been read yet."""
 
-    __slots__ = ("prepared", "result", "sql")
+    __slots__ = ("guard", "prepared", "result", "sql")
 
     def __init__(self, sql: str, prepared: bytes | None = None) -> None:
         self.sql = sql
         self.prepared = prepared  # the name, if this is the statement's PREPARE
         self.result: Any = None
+        self.guard = False  # a Tx.guard: its division by zero is GuardFailed
 
 
 class PipelineTx(Tx):
@@ -123,6 +125,9 @@ class PipelineTx(Tx):
             return 0
         self._sync()
         return sum(_changed(each.result) for each in sent)
+
+    def guard(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        self._send(sql, params).guard = True
 
     def ahead(self, sql: str, params: Mapping[str, Any] | None = None) -> Callable[[], list[Any]]:
         sent = self._send(sql, params)
@@ -228,8 +233,10 @@ class PipelineTx(Tx):
                 results.append(result)
             result = sent.result = results[-1] if results else None
             status = None if result is None else result.status
-            if result is not None and status == pq.ExecStatus.FATAL_ERROR:
-                error = error or errors.error_from_result(result, encoding=pg._encoding)
+            if result is not None and status == pq.ExecStatus.FATAL_ERROR and error is None:
+                error = errors.error_from_result(result, encoding=pg._encoding)
+                if sent.guard and error.sqlstate == DIVISION_BY_ZERO:
+                    error = GuardFailed(sent.sql)
             made = status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
             if not made and sent.prepared is not None:  # never made: forget the name
                 self._prepared.pop(sent.prepared, None)

@@ -35,7 +35,7 @@ from mnemofs.models import (
     VersionId,
     View,
 )
-from mnemofs.paths import ROOT, parent_prefix
+from mnemofs.paths import ROOT, ancestor_prefixes, parent_prefix, prefix_upper_bound
 from mnemofs.secrets import find_secrets
 from mnemofs.store.tx import Tx
 
@@ -435,6 +435,50 @@ def _access(value: str) -> Access:
     if value == "read_only":
         return "read_only"
     return "read_write"
+
+
+# A change over a memory's last save by the same service (``SavesMixin._save_over_last``): the
+# store is locked and counted as ``ServiceBase._lock_and_count`` does, only while its rules are
+# still the ones seen; the memory must still have the hash and path of that save.
+_STORE_AS_SEEN = (
+    "WITH s AS (UPDATE memory_stores SET revision = revision + 1 WHERE id = :store "
+    "AND archived_at IS NULL AND secrets = :secrets "
+    "AND max_content_bytes IS NOT DISTINCT FROM :cap "
+    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
+)
+_MEMORY_AS_SAVED = (
+    "SELECT 1 / count(*)::int FROM memories WHERE id = :id AND store_id = :store "
+    "AND content_sha256 = :sha AND path = :path"
+)
+
+
+class _Assumed(NamedTuple):
+    """A memory's row as a change over its last save assumes it (what ``_apply_update``
+    reads)."""
+
+    id: str
+    path: str
+    content_sha256: str
+    content: str
+    size_bytes: int
+    created_at: str = ""
+
+
+def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, str]]:
+    """``ServiceBase._path_check``'s one query: memories at ``path`` or at an ancestor (as a
+    file), the first memory under it (not ``ignore``), the first explicit directory at or under
+    it; every row it answers is a conflict, but for ``ignore`` itself."""
+    at, params = _memories_at([path, *(p[:-1] for p in ancestor_prefixes(path))])
+    as_dir = path + "/"
+    params |= {"store": store_id, "lo": as_dir, "hi": prefix_upper_bound(as_dir)}
+    params["ignore"] = ignore or ""
+    return (
+        f"{at} UNION ALL SELECT * FROM (SELECT path, id FROM memories WHERE store_id = :store "
+        "AND path >= :lo AND path < :hi AND id != :ignore ORDER BY path LIMIT 1) AS under "
+        "UNION ALL SELECT * FROM (SELECT path, NULL AS id FROM directories "
+        "WHERE store_id = :store AND path >= :lo AND path < :hi ORDER BY path LIMIT 1) AS d",
+        params,
+    )
 
 
 def _path_verdict(

@@ -11,6 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 
+class GuardFailed(Exception):
+    """What a write assumed no longer holds (``Tx.guard``): the transaction is rolled back;
+    the caller does the change again the careful way, which finds out what changed."""
+
+
 class Statements(Protocol):
     """What a transaction needs of its database: the dialect, each statement in the driver's
     parameter style, and a maker of rows for each statement's columns."""
@@ -56,6 +61,15 @@ class Tx:
             return 0
         self._cursor.executemany(self._db.sql(sql), rows)
         return int(self._cursor.rowcount)
+
+    def guard(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run a statement that answers ``1 / count(*)`` of what a change assumes: it fails
+        (PostgreSQL: division by zero) or answers NULL (SQLite) when the count is 0, and the
+        transaction ends in ``GuardFailed``. In a PostgreSQL write transaction it goes out with
+        the next statement that needs an answer, so a change can assume what it would have
+        asked for and send its writes in the same round trip."""
+        if self.scalar(sql, params) is None:
+            raise GuardFailed(sql)
 
     def ahead(self, sql: str, params: Mapping[str, Any] | None = None) -> Callable[[], list[Any]]:
         """Send a query now, read its rows later (call the result). In a PostgreSQL write

@@ -1,0 +1,171 @@
+"""PostgreSQL: a save over a memory's last save by the same service (a mount saving a file it
+saved before) is one round trip: it assumes the store's rules and the memory are as they were,
+and sends what checks that with the writes (``Tx.guard``). When anything changed elsewhere the
+assumption fails, nothing is written, and the careful save decides exactly as it always did."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mnemofs.content import Content
+from mnemofs.errors import Conflict, ContentTooLarge, SecretDetected, StoreArchived
+from mnemofs.store import MemoryService
+from mnemofs.store.pgpipe import PipelineTx
+
+pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
+
+GITHUB = "ghp_" + "x1Y2z3" * 6  # split so no scanner flags this file itself
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Round trips of each write transaction, one count per transaction."""
+    counts: list[int] = []
+    real_sync, real_init = PipelineTx._sync, PipelineTx.__init__
+
+    def init(self: PipelineTx, *args: Any) -> None:
+        real_init(self, *args)
+        counts.append(0)
+
+    def sync(self: PipelineTx) -> None:
+        counts[-1] += 1
+        real_sync(self)
+
+    monkeypatch.setattr(PipelineTx, "__init__", init)
+    monkeypatch.setattr(PipelineTx, "_sync", sync)
+    return counts
+
+
+@pytest.fixture
+def elsewhere(service: MemoryService) -> Iterator[MemoryService]:
+    """Another writer on the same database (another mount, the HTTP server)."""
+    other = MemoryService(service.engine, actor="api")
+    yield other
+    other.close()
+
+
+def _save(service: MemoryService, store: str, memory_id: str, text: str) -> Any:
+    memory, created = service.save_file(
+        store, "/f.md", Content.from_text(text), memory_id=memory_id
+    )
+    assert not created
+    return memory
+
+
+def test_a_save_over_the_last_one_is_one_round_trip(
+    service: MemoryService, syncs: list[int]
+) -> None:
+    store = service.create_store("One").id
+    first, _ = service.save_file(store, "/f.md", Content.from_text("one\n"))
+    syncs.clear()
+    second = _save(service, store, first.id, "one\ntwo\n")
+    third = _save(service, store, first.id, "one\ntwo\nthree\n")
+    assert syncs == [1, 1]
+    assert (second.created_at, third.created_at) == (first.created_at, first.created_at)
+    assert service.get_memory(store, first.id).content == "one\ntwo\nthree\n"
+    versions = service.list_versions(store, memory_id=first.id).data
+    assert [v.id for v in versions] == [
+        third.memory_version_id,
+        second.memory_version_id,
+        first.memory_version_id,
+    ]
+    assert service.get_store(store).memory_count == 1
+    assert service.check().problems == []
+
+
+def test_a_change_elsewhere_makes_it_save_the_careful_way(
+    service: MemoryService, elsewhere: MemoryService, syncs: list[int]
+) -> None:
+    store = service.create_store("Shared").id
+    memory, _ = service.save_file(store, "/f.md", Content.from_text("mine\n"))
+    elsewhere.update_memory(store, memory.id, content="theirs\n")
+    syncs.clear()
+    saved = _save(service, store, memory.id, "mine again\n")  # the last commit is the head
+    assert syncs == [1, 2]  # the assumption failed at its round trip; then the careful save
+    assert service.get_memory(store, memory.id).content == "mine again\n"
+    assert len(service.list_versions(store, memory_id=memory.id).data) == 3
+    # Moved elsewhere: the save follows the memory to its new path, as it always did.
+    elsewhere.update_memory(store, memory.id, path="/moved.md")
+    saved = service.save_file(store, "/f.md", Content.from_text("later\n"), memory_id=memory.id)
+    assert (saved[0].path, saved[0].id, saved[1]) == ("/moved.md", memory.id, False)
+
+
+def test_rules_changed_elsewhere_are_the_ones_that_count(
+    service: MemoryService, elsewhere: MemoryService
+) -> None:
+    store = service.create_store("Rules", secrets="allow").id
+    memory, _ = service.save_file(store, "/f.md", Content.from_text("notes\n"))
+    _save(service, store, memory.id, "notes\nmore\n")  # the rules as seen: allow, no cap
+    elsewhere.update_store(store, secrets="refuse")
+    before = service.get_memory(store, memory.id)
+    with pytest.raises(SecretDetected, match="GitHub Token on line 3"):
+        _save(service, store, memory.id, f"notes\nmore\n{GITHUB}\n")
+    elsewhere.update_store(store, max_content_bytes=15)  # the stored 11 bytes fit
+    with pytest.raises(ContentTooLarge):
+        _save(service, store, memory.id, "notes\nmore\nand more\n")
+    elsewhere.update_store(store, max_content_bytes=1000)
+    elsewhere.archive_store(store)
+    with pytest.raises(StoreArchived):
+        _save(service, store, memory.id, "notes\nmore\nand more\n")
+    assert service.get_memory(store, memory.id) == before
+    assert service.get_store(store).memory_count == 1
+
+
+def test_what_the_store_allowed_before_does_not_block_an_edit(service: MemoryService) -> None:
+    """The whole content is screened when assuming; a credential stored while the store
+    allowed it makes that screen refuse, and the careful save screens only the added lines."""
+    store = service.create_store("Old", secrets="allow").id
+    memory, _ = service.save_file(store, "/f.md", Content.from_text(f"old {GITHUB}\n"))
+    service.update_store(store, secrets="refuse")
+    _save(service, store, memory.id, "notes\n")  # seen: refuse
+    service.update_store(store, secrets="allow")
+    _save(service, store, memory.id, f"old {GITHUB}\n")
+    service.update_store(store, secrets="refuse")
+    _save(service, store, memory.id, f"old {GITHUB}\nnew line\n")
+    assert service.get_memory(store, memory.id).content == f"old {GITHUB}\nnew line\n"
+
+
+def test_what_a_service_remembers_of_its_saves_is_bounded(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mnemofs.store.base.SAVED_KEPT_BYTES", 1000)
+    store = service.create_store("Bounded").id
+    for i in range(50):
+        service.save_file(store, f"/m{i}.md", Content.from_text(f"{i:03d}" + "x" * 97))
+    remembered = service._saved
+    assert 0 < len(remembered) <= 10
+    assert service._saved_bytes == sum(len(content) for _, _, content in remembered.values())
+    assert service._saved_bytes <= 1000
+
+
+def test_a_rename_over_the_last_save_is_one_round_trip(
+    service: MemoryService, elsewhere: MemoryService, syncs: list[int]
+) -> None:
+    store = service.create_store("Moves").id
+    memory, _ = service.save_file(store, "/a/f.md", Content.from_text("text\n"))
+    taken, _ = service.save_file(store, "/b/taken.md", Content.from_text("other\n"))
+    syncs.clear()
+    moved = service.update_memory(store, memory.id, path="/a/g.md", keep_directory=True)
+    assert syncs == [1]
+    assert (moved.path, moved.content, moved.created_at) == ("/a/g.md", "text\n", memory.created_at)
+    version = service.list_versions(store, memory_id=memory.id, view="full").data[0]
+    assert (version.path, version.content) == ("/a/g.md", "text\n")
+    # Onto a taken path, or under a file: the careful way refuses, and nothing changed.
+    for target in ("/b/taken.md", "/b/taken.md/under.md", "/b"):
+        syncs.clear()
+        with pytest.raises(Conflict):
+            service.update_memory(store, memory.id, path=target)
+        assert syncs[0] == 1  # the assumption failed at its one round trip
+    assert service.get_memory(store, memory.id).path == "/a/g.md"
+    assert service.get_memory(store, taken.id).path == "/b/taken.md"
+    # Changed elsewhere since: renamed the careful way, the content as stored now.
+    elsewhere.update_memory(store, memory.id, content="theirs\n")
+    moved = service.update_memory(store, memory.id, path="/a/h.md")
+    assert (moved.path, moved.content) == ("/a/h.md", "theirs\n")
+    assert [p.path for p in service.list_memories(store, path_prefix="/a/", depth=1).data] == [
+        "/a/h.md"
+    ]
+    assert service.check().problems == []
