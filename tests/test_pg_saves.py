@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mnemofs.content import Content
-from mnemofs.errors import Conflict, ContentTooLarge, SecretDetected, StoreArchived
+from mnemofs.errors import Conflict, ContentTooLarge, SecretDetected, StoreArchived, StoreFull
 from mnemofs.store import MemoryService
 from mnemofs.store.pgpipe import PipelineTx
 
@@ -168,4 +168,33 @@ def test_a_rename_over_the_last_save_is_one_round_trip(
     assert [p.path for p in service.list_memories(store, path_prefix="/a/", depth=1).data] == [
         "/a/h.md"
     ]
+    assert service.check().problems == []
+
+
+def test_a_create_in_a_store_seen_is_one_round_trip(
+    service: MemoryService, elsewhere: MemoryService, syncs: list[int]
+) -> None:
+    store = service.create_store("Creates").id
+    service.save_file(store, "/first.md", Content.from_text("1\n"))  # the store is seen now
+    syncs.clear()
+    made, created = service.save_file(store, "/second.md", Content.from_text("2\n"))
+    assert (created, syncs) == (True, [1])
+    assert service.get_memory(store, made.id).content == "2\n"
+    assert service.get_store(store).memory_count == 2
+    # Made elsewhere meanwhile: the careful save finds it and saves to it, as it always did.
+    theirs = elsewhere.create_memory(store, "/third.md", "theirs\n")
+    syncs.clear()
+    mine, created = service.save_file(store, "/third.md", Content.from_text("mine\n"))
+    assert (created, mine.id, syncs[0]) == (False, theirs.id, 1)
+    # Under a file, or at a directory: refused the careful way.
+    with pytest.raises(Conflict):
+        service.save_file(store, "/first.md/under.md", Content.from_text("x\n"))
+    service.make_directory(store, "/dir")
+    with pytest.raises(Conflict):
+        service.save_file(store, "/dir", Content.from_text("x\n"))
+    # Full by its own cap, set elsewhere.
+    elsewhere.update_store(store, max_memories=3)
+    with pytest.raises(StoreFull):
+        service.save_file(store, "/fourth.md", Content.from_text("4\n"))
+    assert service.get_store(store).memory_count == 3
     assert service.check().problems == []

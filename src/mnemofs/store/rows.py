@@ -446,6 +446,15 @@ _STORE_AS_SEEN = (
     "AND max_content_bytes IS NOT DISTINCT FROM :cap "
     f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
 )
+# A create in a store as seen (``SavesMixin._create_as_seen``): counted only while it has the
+# same rules, room by its own cap, and no capacity pool (whose evictions take the careful way).
+_STORE_WITH_ROOM = (
+    "WITH s AS (UPDATE memory_stores SET memory_count = memory_count + 1, "
+    "revision = revision + 1 WHERE id = :store AND archived_at IS NULL AND secrets = :secrets "
+    "AND max_content_bytes IS NOT DISTINCT FROM :cap AND pool_id IS NULL "
+    "AND memory_count < COALESCE(max_memories, :max) "
+    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
+)
 _MEMORY_AS_SAVED = (
     "SELECT 1 / count(*)::int FROM memories WHERE id = :id AND store_id = :store "
     "AND content_sha256 = :sha AND path = :path"

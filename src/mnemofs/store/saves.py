@@ -9,6 +9,7 @@ from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
+from mnemofs import limits
 from mnemofs.content import Content
 from mnemofs.errors import (
     Conflict,
@@ -31,10 +32,12 @@ from mnemofs.store.rows import (
     _MEMORY_AS_SAVED,
     _MEMORY_COLS,
     _STORE_AS_SEEN,
+    _STORE_WITH_ROOM,
     BY_ID_IN_STORE,
     StoreLock,
     _Assumed,
     _memories_at,
+    _path_query,
     _screen,
     utc_now,
 )
@@ -119,9 +122,12 @@ class SavesMixin(ServiceBase):
 
         saved = None
         try:
-            if memory_id is not None and self.db.dialect == "postgresql":
+            if self.db.dialect == "postgresql":
                 with suppress(GuardFailed):
-                    saved = self._save_over_last(store_id, memory_id, new, actor)
+                    if memory_id is None:
+                        saved = self._create_as_seen(store_id, path, new, actor)
+                    else:
+                        saved = self._save_over_last(store_id, memory_id, new, actor)
             if saved is None:
                 saved = self._write(run)
             if self.db.dialect == "postgresql":
@@ -130,6 +136,31 @@ class SavesMixin(ServiceBase):
         finally:
             if noted is not None and memory_id is not None and (saved is None or unchanged):
                 self.note_access(store_id, memory_id)  # not written after all: noted again
+
+    def _create_as_seen(
+        self, store_id: str, path: str, new: Content, actor: str | None
+    ) -> tuple[Memory, bool]:
+        """PostgreSQL: a create in a store this service has seen, in one round trip, as
+        ``_save_over_last`` saves: the store must still have the rules seen, room by its own cap
+        and no capacity pool, and the path check's query must answer no row (nothing at the
+        path, above it as a file or under it). ``GuardFailed`` as there: the careful save then
+        also finds a memory another writer made at the path meanwhile, and saves to it."""
+        seen = self._seen.get(store_id)
+        if seen is None or seen.pool_id is not None:
+            raise GuardFailed("nothing to assume")
+        try:
+            _screen(seen, store_id, path, new.text)
+        except (SecretDetected, ContentTooLarge):
+            raise GuardFailed("refused by the store as last seen") from None
+        free, free_params = _path_query(store_id, path, None)
+        rules = {"store": store_id, "secrets": seen.secrets, "cap": seen.max_content_bytes}
+
+        def run(tx: Tx) -> Memory:
+            tx.guard(_STORE_WITH_ROOM, rules | {"max": limits.MAX_MEMORIES_PER_STORE})
+            tx.guard(f"SELECT 1 / (1 - count(*))::int FROM ({free} LIMIT 1) AS taken", free_params)
+            return self._insert_memory(tx, store_id, path, new, actor)
+
+        return self._write(run), True
 
     def _save_over_last(
         self, store_id: str, memory_id: str, new: Content, actor: str | None
