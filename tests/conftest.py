@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,3 +116,25 @@ def mount_via(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
     finally:
         mounted.VIA = "local"
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Round trips of each PostgreSQL write transaction (store/pgpipe.py), one count per
+    transaction, in the order they ran."""
+    from mnemofs.store.pgpipe import PipelineTx
+
+    counts: list[int] = []
+    real_sync, real_init = PipelineTx._sync, PipelineTx.__init__
+
+    def init(self: PipelineTx, *args: Any) -> None:
+        real_init(self, *args)
+        counts.append(0)
+
+    def sync(self: PipelineTx) -> None:
+        counts[-1] += 1
+        real_sync(self)
+
+    monkeypatch.setattr(PipelineTx, "__init__", init)
+    monkeypatch.setattr(PipelineTx, "_sync", sync)
+    return counts

@@ -9,7 +9,6 @@ import os
 import signal
 import threading
 import time
-from typing import Any
 
 import psycopg
 import pytest
@@ -18,29 +17,9 @@ from psycopg import pq
 from mnemofs.content import Content
 from mnemofs.errors import Conflict, Unavailable
 from mnemofs.store import MemoryService
-from mnemofs.store.pgpipe import PipelineTx
 from mnemofs.store.tx import Tx
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
-
-
-@pytest.fixture
-def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times each write transaction waited for the server (one count per ``run``)."""
-    counts: list[int] = []
-    real_sync, real_init = PipelineTx._sync, PipelineTx.__init__
-
-    def init(self: PipelineTx, *args: Any) -> None:
-        real_init(self, *args)
-        counts.append(0)
-
-    def sync(self: PipelineTx) -> None:
-        counts[-1] += 1
-        real_sync(self)
-
-    monkeypatch.setattr(PipelineTx, "__init__", init)
-    monkeypatch.setattr(PipelineTx, "_sync", sync)
-    return counts
 
 
 def _idle(service: MemoryService) -> bool:

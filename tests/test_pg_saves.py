@@ -13,30 +13,10 @@ import pytest
 from mnemofs.content import Content
 from mnemofs.errors import Conflict, ContentTooLarge, SecretDetected, StoreArchived, StoreFull
 from mnemofs.store import MemoryService
-from mnemofs.store.pgpipe import PipelineTx
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
 
 GITHUB = "ghp_" + "x1Y2z3" * 6  # split so no scanner flags this file itself
-
-
-@pytest.fixture
-def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Round trips of each write transaction, one count per transaction."""
-    counts: list[int] = []
-    real_sync, real_init = PipelineTx._sync, PipelineTx.__init__
-
-    def init(self: PipelineTx, *args: Any) -> None:
-        real_init(self, *args)
-        counts.append(0)
-
-    def sync(self: PipelineTx) -> None:
-        counts[-1] += 1
-        real_sync(self)
-
-    monkeypatch.setattr(PipelineTx, "__init__", init)
-    monkeypatch.setattr(PipelineTx, "_sync", sync)
-    return counts
 
 
 @pytest.fixture
