@@ -62,8 +62,7 @@ from mnemofs.store.sql import Database
 from mnemofs.store.tx import Tx
 
 T = TypeVar("T")
-# What a service remembers of its last saves (PostgreSQL): their content, up to this much in all.
-SAVED_KEPT_BYTES = 8 << 20
+SAVED_KEPT_BYTES = 8 << 20  # the content of its last saves a service keeps (PostgreSQL), at most
 # What memory_versions.operation holds: the wire's words, and 'renamed' for a path change.
 StoredOperation = Literal["created", "modified", "renamed", "deleted"]
 log = logging.getLogger("mnemofs.store")
@@ -81,6 +80,7 @@ class ServiceBase:
         self._seen: dict[str, StoreLock] = {}  # each store's rules as last locked (PostgreSQL)
         self._saved: dict[str, tuple[str, str, str]] = {}  # memory -> hash, path, content saved
         self._saved_bytes = 0  # the content in _saved (see _remember)
+        self._saved_lock = threading.Lock()  # the HTTP server saves from several threads
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
         # The search index trails saves (SQLite, migration 0009; see ``_search_soon``).
@@ -522,20 +522,22 @@ class ServiceBase:
     _keep_directory = staticmethod(keep_directory)
 
     def _forget(self, memory_id: str) -> None:
-        forgotten = self._saved.pop(memory_id, None)
-        self._saved_bytes -= len(forgotten[2]) if forgotten else 0
+        with self._saved_lock:
+            forgotten = self._saved.pop(memory_id, None)
+            self._saved_bytes -= len(forgotten[2]) if forgotten else 0
 
     def _remember(self, memory: Memory) -> None:
         """Keep a memory's hash, path and content as this service saved them, for the next
         save over it (``_save_over_last``); all are forgotten once they hold too much."""
         if memory.content is None:
             return
-        before = self._saved.pop(memory.id, None)
-        self._saved_bytes += len(memory.content) - (len(before[2]) if before else 0)
-        if self._saved_bytes > SAVED_KEPT_BYTES:
-            self._saved.clear()
-            self._saved_bytes = len(memory.content)
-        self._saved[memory.id] = (memory.content_sha256, memory.path, memory.content)
+        with self._saved_lock:  # the byte count stays exact with threads
+            before = self._saved.pop(memory.id, None)
+            self._saved_bytes += len(memory.content) - (len(before[2]) if before else 0)
+            if self._saved_bytes > SAVED_KEPT_BYTES:
+                self._saved.clear()
+                self._saved_bytes = len(memory.content)
+            self._saved[memory.id] = (memory.content_sha256, memory.path, memory.content)
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(
