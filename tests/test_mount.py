@@ -316,6 +316,26 @@ def test_api_changes_show_within_a_second(env: Env) -> None:
     assert wait_for(lambda: not target.exists(), timeout=1.0)
 
 
+def test_a_change_made_as_the_mount_starts_shows(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    """A commit between the daemon reading the store and it listening for changes (it has
+    said "mounted" by then) still shows, and long before the fallback look a second later
+    (which on SQLite would not have seen it either: it compares data_version with what it
+    read after the commit)."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Early").id
+    session = service.create_session([{"memory_store_id": store}])
+    try:
+        with mounted(db_url, session.id, tmp_path / "mnt") as daemon:
+            service.create_memory(store, "/early.md", "made as the mount started\n", actor="cli")
+            target = daemon.root / "early" / "early.md"
+            assert wait_for(target.exists, timeout=0.5)
+            assert target.read_text() == "made as the mount started\n"
+    finally:
+        service.close()
+
+
 def test_close_is_durable_against_kill(env: Env) -> None:
     path = env.rw / "durable.md"
     with open(path, "w") as f:

@@ -105,10 +105,16 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
     promoted = time.monotonic()
     looked = trio.current_time()
     changed_last = True
+    # The first pass looks without waiting: a commit made after the tree was first read but
+    # before LISTEN (or the data_version read above) woke no one, and the daemon has already
+    # said it is mounted.
+    first = True
     try:
         while True:
             changed = True
-            if service.unavailable is not None:
+            if first:
+                first = False
+            elif service.unavailable is not None:
                 await _reconnect(service)
                 if listener is not None:
                     listener.close()
