@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from mnemofs.content import Content
-from mnemofs.errors import Conflict, ContentTooLarge, SecretDetected, StoreArchived, StoreFull
+from mnemofs.errors import (
+    Conflict,
+    ContentTooLarge,
+    NotFound,
+    PreconditionFailed,
+    SecretDetected,
+    StoreArchived,
+    StoreFull,
+)
 from mnemofs.store import MemoryService
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
@@ -177,4 +185,106 @@ def test_a_create_in_a_store_seen_is_one_round_trip(
     with pytest.raises(StoreFull):
         service.save_file(store, "/fourth.md", Content.from_text("4\n"))
     assert service.get_store(store).memory_count == 3
+    assert service.check().problems == []
+
+
+def _state(service: MemoryService, store: str) -> Any:
+    """What a refused change must leave as it was: the store's row, its memories, its
+    directories and its versions."""
+    return (
+        service.get_store(store),
+        [(m.path, m.id) for m in service.list_memories(store, depth=None).data],
+        service.list_versions(store).data,
+    )
+
+
+def test_mkdir_and_rmdir_are_one_round_trip(
+    service: MemoryService, elsewhere: MemoryService, syncs: list[int]
+) -> None:
+    store = service.create_store("Dirs").id
+    service.save_file(store, "/a/file.md", Content.from_text("x\n"))
+    syncs.clear()
+    service.make_directory(store, "/a/sub")
+    service.make_directory(store, "/empty")
+    service.remove_directory(store, "/empty")
+    assert syncs == [1, 1, 1]
+    assert [p.path for p in service.list_memories(store, path_prefix="/a/", depth=1).data] == [
+        "/a/file.md",
+        "/a/sub/",
+    ]
+    # Each refusal: the guard failed at the one round trip, nothing was written, and the
+    # careful way said why.
+    refusals: list[tuple[type[Exception], Any]] = [
+        (Conflict, lambda: service.make_directory(store, "/a/file.md")),  # a memory there
+        (Conflict, lambda: service.make_directory(store, "/a/file.md/under")),  # under a file
+        (Conflict, lambda: service.make_directory(store, "/a/sub")),  # a directory there
+        (Conflict, lambda: service.make_directory(store, "/a")),  # holds memories
+        (Conflict, lambda: service.remove_directory(store, "/a")),  # not empty: a memory
+        (NotFound, lambda: service.remove_directory(store, "/nowhere")),
+    ]
+    service.make_directory(store, "/b/c")
+    refusals.append((Conflict, lambda: service.remove_directory(store, "/b")))  # a directory
+    before = _state(service, store)
+    for error, change in refusals:
+        syncs.clear()
+        with pytest.raises(error):
+            change()
+        assert syncs[0] == 1
+        assert _state(service, store) == before
+    # Made elsewhere meanwhile: refused the careful way, as before.
+    elsewhere.make_directory(store, "/theirs")
+    with pytest.raises(Conflict):
+        service.make_directory(store, "/theirs")
+    elsewhere.save_file(store, "/b/c/inside.md", Content.from_text("y\n"))
+    with pytest.raises(Conflict):
+        service.remove_directory(store, "/b/c")
+    elsewhere.archive_store(store)
+    before = _state(service, store)
+    for change in (
+        lambda: service.make_directory(store, "/late"),
+        lambda: service.remove_directory(store, "/a/sub"),
+    ):
+        with pytest.raises(StoreArchived):
+            change()
+        assert _state(service, store) == before
+    assert service.check().problems == []
+
+
+def test_a_delete_of_the_last_save_is_one_round_trip(
+    service: MemoryService, elsewhere: MemoryService, syncs: list[int]
+) -> None:
+    store = service.create_store("Deletes").id
+    made = [
+        service.save_file(store, f"/d/{n}.md", Content.from_text(f"{n}\n"))[0] for n in range(5)
+    ]
+    syncs.clear()
+    gone = service.delete_memory(store, made[0].id, keep_directory=True)
+    assert syncs == [1]
+    assert (gone.operation, gone.path, gone.memory_id) == ("deleted", "/d/0.md", made[0].id)
+    assert service.list_versions(store, memory_id=made[0].id).data[0].id == gone.id
+    assert service.get_store(store).memory_count == 4
+    # Moved elsewhere since: the careful way deletes it where it is now.
+    elsewhere.update_memory(store, made[1].id, path="/moved.md")
+    syncs.clear()
+    gone = service.delete_memory(store, made[1].id)
+    assert (gone.path, syncs[0]) == ("/moved.md", 1)
+    # Changed elsewhere, with the hash the caller saw: refused, nothing changed.
+    elsewhere.update_memory(store, made[2].id, content="theirs\n")
+    before = _state(service, store)
+    with pytest.raises(PreconditionFailed):
+        service.delete_memory(store, made[2].id, expected_content_sha256=made[2].content_sha256)
+    assert _state(service, store) == before
+    # Archived elsewhere: refused, unless an archived store may be cleaned up (the API).
+    elsewhere.archive_store(store)
+    before = _state(service, store)
+    with pytest.raises(StoreArchived):
+        service.delete_memory(store, made[3].id)
+    assert _state(service, store) == before
+    syncs.clear()
+    service.delete_memory(store, made[4].id, archived_ok=True)
+    assert syncs == [1]
+    with pytest.raises(NotFound):
+        service.delete_memory(store, made[4].id, archived_ok=True)
+    assert [m.path for m in service.list_memories(store, depth=None).data] == ["/d/2.md", "/d/3.md"]
+    assert service.get_store(store).memory_count == 2
     assert service.check().problems == []

@@ -24,6 +24,7 @@ from mnemofs.models import (
     MemoryVersion,
     Page,
     StoreId,
+    VersionId,
     View,
 )
 from mnemofs.paths import (
@@ -34,9 +35,14 @@ from mnemofs.paths import (
 )
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
+    _FIRST_DIRECTORY_INSIDE,
+    _FIRST_MEMORY_INSIDE,
     _MEMORY_AS_SAVED,
     _MEMORY_COLS,
+    _NOTHING_INSIDE,
     _STORE_AS_SEEN,
+    _STORE_COUNTED,
+    _STORE_LIVE,
     _Assumed,
     _decode_cursor,
     _encode_cursor,
@@ -211,6 +217,15 @@ class MemoriesMixin(ServiceBase):
         new content, not clean-up).
         """
         wanted = _precondition_hash(expected_content_sha256, "expected_content_sha256")
+        live = "" if archived_ok else _STORE_LIVE
+        if self.db.dialect == "postgresql":
+            last = self._saved.get(memory_id)
+            self._forget(memory_id)  # deleted now, or not this memory as remembered
+            if last is not None and wanted in (None, last[0]):
+                with suppress(GuardFailed):
+                    return self._delete_as_saved(
+                        store_id, memory_id, last, live, actor, keep_directory
+                    )
 
         def run(tx: Tx) -> MemoryVersion:
             # The row is asked for behind the lock (one round trip on PostgreSQL).
@@ -227,19 +242,59 @@ class MemoriesMixin(ServiceBase):
             version_id = self._remove_memory(
                 tx, store_id, row, actor, now, keep_directory=keep_directory
             )
-            return MemoryVersion(
-                id=version_id,
-                memory_store_id=StoreId(store_id),
-                memory_id=MemoryId(memory_id),
-                operation="deleted",
-                path=row.path,
-                content_sha256=None,
-                content_size_bytes=None,
-                created_at=now,
-                created_by=Actor.from_stored(actor or self.actor),
-            )
+            return self._deleted(store_id, memory_id, row.path, version_id, now, actor)
 
         return self._write(run)
+
+    def _delete_as_saved(
+        self,
+        store_id: str,
+        memory_id: str,
+        last: tuple[str, str, str],
+        live: str,
+        actor: str | None,
+        keep_directory: bool,
+    ) -> MemoryVersion:
+        """PostgreSQL: a delete of a memory this service saved last, in one round trip, as
+        ``SavesMixin._save_over_last`` saves: the store counted (and live, unless an archived
+        one may be cleaned up) and the memory at the hash and path of that save are guards
+        sent with the writes. ``GuardFailed`` as there; the careful delete then decides."""
+        sha, path, content = last
+        ids = {"id": memory_id, "store": store_id}
+        assumed = _Assumed(memory_id, path, sha, content, len(content.encode()))
+
+        def run(tx: Tx) -> MemoryVersion:
+            tx.guard(_STORE_COUNTED.format(live=live), {"store": store_id, "delta": -1})
+            tx.guard(_MEMORY_AS_SAVED, ids | {"sha": sha, "path": path})
+            now = utc_now()
+            version_id = self._remove_memory(
+                tx, store_id, assumed, actor, now, keep_directory=keep_directory
+            )
+            return self._deleted(store_id, memory_id, path, version_id, now, actor)
+
+        return self._write(run)
+
+    def _deleted(
+        self,
+        store_id: str,
+        memory_id: str,
+        path: str,
+        version_id: VersionId,
+        now: str,
+        actor: str | None,
+    ) -> MemoryVersion:
+        """The 'deleted' version a delete wrote, as the API returns it."""
+        return MemoryVersion(
+            id=version_id,
+            memory_store_id=StoreId(store_id),
+            memory_id=MemoryId(memory_id),
+            operation="deleted",
+            path=path,
+            content_sha256=None,
+            content_size_bytes=None,
+            created_at=now,
+            created_by=Actor.from_stored(actor or self.actor),
+        )
 
     def list_memories(
         self,
@@ -359,17 +414,35 @@ class MemoriesMixin(ServiceBase):
     def make_directory(self, store_id: str, path: str) -> MemoryPrefix:
         """Make an explicit directory (``mkdir``): it persists while empty, until removed."""
         path = validate_path(path.rstrip("/") or "/")
+        prefix = path + "/"
+        made = {"store": store_id, "path": prefix}
+
+        def insert(tx: Tx) -> MemoryPrefix:
+            tx.run(
+                "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
+                made | {"now": utc_now()},
+            )
+            return MemoryPrefix(prefix)
+
+        if self.db.dialect == "postgresql":
+            # One round trip: what the careful way asks first (a live store, a free path) goes
+            # out as guards with the INSERT and the COMMIT; if either fails nothing is written
+            # and the careful way says why.
+            free, free_params = _path_query(store_id, path, None)
+
+            def guarded(tx: Tx) -> MemoryPrefix:
+                tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
+                tx.guard(f"SELECT 1 / (1 - count(*))::int FROM ({free} LIMIT 1) AS t", free_params)
+                return insert(tx)
+
+            with suppress(GuardFailed):
+                return self._write(guarded)
 
         def run(tx: Tx) -> MemoryPrefix:
             lock, check = self._lock_and_count(tx, store_id), self._path_check(tx, store_id, path)
             lock()  # the check went out behind the lock: one round trip on PostgreSQL
             check()
-            prefix = path + "/"
-            tx.run(
-                "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
-                {"store": store_id, "path": prefix, "now": utc_now()},
-            )
-            return MemoryPrefix(prefix)
+            return insert(tx)
 
         return self._write(run)
 
@@ -379,26 +452,26 @@ class MemoriesMixin(ServiceBase):
         prefix = path + "/"
         params = {"store": store_id, "lo": prefix, "hi": prefix_upper_bound(prefix)}
 
+        remove = "DELETE FROM directories WHERE store_id = :store AND path = :lo RETURNING path"
+        if self.db.dialect == "postgresql":
+            # One round trip, as mkdir (there): a live store, nothing inside, one row removed.
+            def guarded(tx: Tx) -> None:
+                tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
+                tx.guard(_NOTHING_INSIDE, params)
+                tx.guard(f"WITH d AS ({remove}) SELECT 1 / count(*)::int FROM d", params)
+
+            with suppress(GuardFailed):
+                return self._write(guarded)
+
         def run(tx: Tx) -> None:
             # All four go out together (one round trip on PostgreSQL, then the commit); the
             # delete is undone with the transaction if the directory turns out not empty.
             lock = self._lock_and_count(tx, store_id)
             inside = (
-                tx.ahead(
-                    "SELECT path FROM memories WHERE store_id = :store AND path >= :lo "
-                    "AND path < :hi ORDER BY path LIMIT 1",
-                    params,
-                ),
-                tx.ahead(
-                    "SELECT path FROM directories WHERE store_id = :store AND path > :lo "
-                    "AND path < :hi ORDER BY path LIMIT 1",
-                    params,
-                ),
+                tx.ahead(_FIRST_MEMORY_INSIDE, params),
+                tx.ahead(_FIRST_DIRECTORY_INSIDE, params),
             )
-            deleted = tx.ahead(
-                "DELETE FROM directories WHERE store_id = :store AND path = :lo RETURNING path",
-                params,
-            )
+            deleted = tx.ahead(remove, params)
             lock()
             for rows in (inside[0](), inside[1]()):
                 if rows:

@@ -455,6 +455,28 @@ _STORE_WITH_ROOM = (
     "AND memory_count < COALESCE(max_memories, :max) "
     f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
 )
+# mkdir, rmdir and a delete on PostgreSQL (``MemoriesMixin``): the store's row locked and
+# counted as ``_lock_and_count`` does, live unless ``archived_ok`` (a delete through the API).
+_STORE_COUNTED = (
+    "WITH s AS (UPDATE memory_stores SET memory_count = memory_count + :delta, "
+    "revision = revision + 1 WHERE id = :store{live} "
+    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
+)
+_STORE_LIVE = " AND archived_at IS NULL"
+# What makes a directory not empty (``remove_directory``): its first memory, its first
+# directory; and the guard that neither exists.
+_FIRST_MEMORY_INSIDE = (
+    "SELECT path FROM memories WHERE store_id = :store AND path >= :lo AND path < :hi "
+    "ORDER BY path LIMIT 1"
+)
+_FIRST_DIRECTORY_INSIDE = (
+    "SELECT path FROM directories WHERE store_id = :store AND path > :lo AND path < :hi "
+    "ORDER BY path LIMIT 1"
+)
+_NOTHING_INSIDE = (
+    f"SELECT 1 / (1 - count(*))::int FROM (({_FIRST_MEMORY_INSIDE}) UNION ALL "
+    f"({_FIRST_DIRECTORY_INSIDE}) LIMIT 1) AS inside"
+)
 _MEMORY_AS_SAVED = (
     "SELECT 1 / count(*)::int FROM memories WHERE id = :id AND store_id = :store "
     "AND content_sha256 = :sha AND path = :path"
