@@ -59,9 +59,15 @@ class Target:
     db: Path | None = None  # its SQLite file: the -wal beside it is watched
     runs: list[dict[str, float]] = field(default_factory=list)
     wal_max: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
-def workload(root: Path, files: int) -> dict[str, float]:
+def workload(root: Path, files: int, errors: list[str]) -> dict[str, float]:
+    """One round in ``root`` (a new folder each round: a peer that failed a round leaves what
+    it failed on behind). A call that fails is noted in ``errors`` and the phase goes on:
+    rclone's write-back can finish uploading a file after it was renamed, and the folder's
+    rmdir then fails with EIO ("directory not empty" in its log)."""
+    root.mkdir()
     dirs = [root / f"d{i:02d}" for i in range(DIRS)]
     extra = [dirs[i % DIRS] / f"sub{i:04d}" for i in range(max(DIRS, files // 10))]
     paths = [dirs[i % DIRS] / f"f{i:05d}.md" for i in range(files)]
@@ -71,7 +77,10 @@ def workload(root: Path, files: int) -> dict[str, float]:
     def phase(name: str, fn: Callable[[Path], object], items: list[Path] = paths) -> None:
         start = time.perf_counter()
         for p in items:
-            fn(p)
+            try:
+                fn(p)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                errors.append(f"{name} {p.relative_to(root)}: {exc}")
         result[name] = len(items) / (time.perf_counter() - start)
 
     def create(p: Path) -> None:
@@ -402,7 +411,7 @@ def main() -> None:
         watcher.start()
         for round_no in range(args.repeat):
             for t in targets:
-                t.runs.append(workload(t.path, args.files))
+                t.runs.append(workload(t.path / f"round{round_no + 1}", args.files, t.errors))
                 time.sleep(SETTLE_S)  # let background work (checkpoints, indexing) finish
             print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
         stop.set()
@@ -411,6 +420,10 @@ def main() -> None:
             visibility(targets[-1].path, other)
         for note in notes:
             print(note)
+        for t in targets:
+            if t.errors:
+                shown = "; ".join(t.errors[:3]) + (" ..." if len(t.errors) > 3 else "")
+                print(f"{t.name}: {len(t.errors)} calls failed: {shown}")
         daemons = [t for t in targets if t.pid is not None]
         before = {t.name: cpu_s(t.pid) for t in daemons if t.pid}
         time.sleep(IDLE_S)
@@ -424,6 +437,8 @@ def main() -> None:
         stop.set()
         bench.close()
         shutil.rmtree(work, ignore_errors=True)
+    if any(t.errors for t in targets if t.name.startswith(("mnemofs", "remote"))):
+        raise SystemExit("mnemofs failed calls: see above")
 
 
 if __name__ == "__main__":
