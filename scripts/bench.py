@@ -2,8 +2,9 @@
 
     scripts/bench [--files 2000] [--repeat 3] [--store-size 10000] [--pg [URL]] [--remote]
 
-One sequential client runs the same phases, round after round (interleaved, so the machine's
-noise hits every target alike), on:
+One sequential client runs the same phases, round after round, on each target in turn phase by
+phase (so the targets compared in a ratio ran seconds apart and the machine's noise hits them
+alike; the order rotates each round), on:
 
 - bindfs: a C FUSE passthrough (what a FUSE request costs with no database behind it);
 - rclone: ``rclone mount --vfs-cache-mode writes`` of a local folder (what many agent sandboxes
@@ -48,6 +49,9 @@ BLOCK = b"x" * 4096
 HALF = b"y" * 2048
 LINE = b"appended line\n"
 SETTLE_S = 2.0
+# Between one target's phase and the next's: background work a phase left (a checkpoint, the
+# search index's catch-up, which trails saves by up to a second) mostly done before the next.
+PHASE_SETTLE_S = 0.5
 IDLE_S = 10.0
 
 
@@ -62,31 +66,42 @@ class Target:
     errors: list[str] = field(default_factory=list)
 
 
-def workload(root: Path, files: int, errors: list[str]) -> dict[str, float]:
+Phase = tuple[str, Callable[[], float]]
+
+
+def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
     """One round in ``root`` (a new folder each round: a peer that failed a round leaves what
-    it failed on behind). A call that fails is noted in ``errors`` and the phase goes on:
-    rclone's write-back can finish uploading a file after it was renamed, and the folder's
-    rmdir then fails with EIO ("directory not empty" in its log)."""
-    root.mkdir()
+    it failed on behind): its phases in order, each a name and a function that runs it and
+    returns ops/s. A call that fails is noted in ``errors`` and the phase goes on: rclone's
+    write-back can finish uploading a file after it was renamed, and the folder's rmdir then
+    fails with EIO ("directory not empty" in its log)."""
     dirs = [root / f"d{i:02d}" for i in range(DIRS)]
     extra = [dirs[i % DIRS] / f"sub{i:04d}" for i in range(max(DIRS, files // 10))]
     paths = [dirs[i % DIRS] / f"f{i:05d}.md" for i in range(files)]
     fifth = paths[: max(1, files // 5)]
-    result: dict[str, float] = {}
 
-    def phase(name: str, fn: Callable[[Path], object], items: list[Path] = paths) -> None:
-        start = time.perf_counter()
-        for p in items:
-            try:
-                fn(p)
-            except (OSError, subprocess.CalledProcessError) as exc:
-                errors.append(f"{name} {p.relative_to(root)}: {exc}")
-        result[name] = len(items) / (time.perf_counter() - start)
+    def phase(name: str, fn: Callable[[Path], object], items: list[Path] = paths) -> Phase:
+        def run() -> float:
+            root.mkdir(exist_ok=True)  # the round's folder, made untimed
+            start = time.perf_counter()
+            for p in items:
+                try:
+                    fn(p)
+                except (OSError, subprocess.CalledProcessError) as exc:
+                    errors.append(f"{name} {p.relative_to(root)}: {exc}")
+            return len(items) / (time.perf_counter() - start)
+
+        return name, run
 
     def create(p: Path) -> None:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(fd, BLOCK)
         os.close(fd)
+
+    def listing() -> float:
+        start = time.perf_counter()
+        listed = sum(len(os.listdir(d)) for d in dirs)
+        return listed / (time.perf_counter() - start)
 
     def read(p: Path) -> None:
         fd = os.open(p, os.O_RDONLY)
@@ -118,22 +133,38 @@ def workload(root: Path, files: int, errors: list[str]) -> dict[str, float]:
     def shell_append(p: Path) -> None:
         subprocess.run(["sh", "-c", 'echo "a shell line" >> "$0"', str(p)], check=True)
 
-    phase("mkdir", Path.mkdir, dirs + extra)
-    phase("create+write+close", create)
-    phase("stat", os.stat)
-    start = time.perf_counter()
-    listed = sum(len(os.listdir(d)) for d in dirs)
-    result["list (entries)"] = listed / (time.perf_counter() - start)
-    phase("read", read)
-    phase("overwrite 2 KiB", overwrite)
-    phase("append a line", append)
-    phase("sed -i", sed, fifth)
-    phase("temp + os.replace", replace, fifth)
-    phase("sh -c 'echo >> f'", shell_append, fifth)
-    phase("rename", lambda p: os.rename(p, p.with_suffix(".txt")))
-    phase("delete", lambda p: os.unlink(p.with_suffix(".txt")))
-    phase("rmdir", Path.rmdir, extra + dirs)
-    return result
+    return [
+        phase("mkdir", Path.mkdir, dirs + extra),
+        phase("create+write+close", create),
+        phase("stat", os.stat),
+        ("list (entries)", listing),
+        phase("read", read),
+        phase("overwrite 2 KiB", overwrite),
+        phase("append a line", append),
+        phase("sed -i", sed, fifth),
+        phase("temp + os.replace", replace, fifth),
+        phase("sh -c 'echo >> f'", shell_append, fifth),
+        phase("rename", lambda p: os.rename(p, p.with_suffix(".txt"))),
+        phase("delete", lambda p: os.unlink(p.with_suffix(".txt"))),
+        phase("rmdir", Path.rmdir, extra + dirs),
+    ]
+
+
+def run_round(targets: list[Target], round_no: int, files: int) -> None:
+    """One round: each phase on every target in turn, a moment apart, so a target's ratio to
+    another compares runs made seconds apart (this machine's speed drifts by tens of per cent
+    within a minute); the targets' order rotates from round to round."""
+    turn = round_no % len(targets)
+    order = targets[turn:] + targets[:turn]
+    plans = {t.name: workload(t.path / f"round{round_no + 1}", files, t.errors) for t in order}
+    results: dict[str, dict[str, float]] = {t.name: {} for t in order}
+    for step in range(len(plans[order[0].name])):
+        for t in order:
+            name, run = plans[t.name][step]
+            results[t.name][name] = run()
+            time.sleep(PHASE_SETTLE_S)
+    for t in targets:
+        t.runs.append(results[t.name])
 
 
 def wait_mounted(path: Path, timeout: float = 60.0) -> float:
@@ -410,9 +441,8 @@ def main() -> None:
         watcher = threading.Thread(target=watch_wal, args=(targets, stop), daemon=True)
         watcher.start()
         for round_no in range(args.repeat):
-            for t in targets:
-                t.runs.append(workload(t.path / f"round{round_no + 1}", args.files, t.errors))
-                time.sleep(SETTLE_S)  # let background work (checkpoints, indexing) finish
+            run_round(targets, round_no, args.files)
+            time.sleep(SETTLE_S)  # let background work (checkpoints, indexing) finish
             print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
         stop.set()
         report(targets, args.repeat, args.files)
