@@ -288,3 +288,24 @@ def test_a_delete_of_the_last_save_is_one_round_trip(
     assert [m.path for m in service.list_memories(store, depth=None).data] == ["/d/2.md", "/d/3.md"]
     assert service.get_store(store).memory_count == 2
     assert service.check().problems == []
+
+
+def test_a_save_after_a_rename_over_is_one_round_trip(
+    service: MemoryService, syncs: list[int]
+) -> None:
+    """``sed -i`` and ``os.replace`` save by renaming a new file over the old: the target is
+    then remembered as that save left it, and the temporary file is forgotten."""
+    store = service.create_store("Replace").id
+    target, _ = service.save_file(store, "/notes.md", Content.from_text("one\n"))
+    temp, _ = service.save_file(store, "/.notes.md.tmp", Content.from_text("one\ntwo\n"))
+    service.rename_over(store, temp.id, target.id, fold=True)
+    assert temp.id not in service._saved
+    syncs.clear()
+    _save(service, store, target.id, "one\ntwo\nthree\n")
+    assert syncs == [1]
+    assert service.get_memory(store, target.id).content == "one\ntwo\nthree\n"
+    assert [v.content for v in service.list_versions(store, view="full").data] == [
+        "one\ntwo\nthree\n",
+        "one\ntwo\n",
+        "one\n",
+    ]

@@ -256,7 +256,11 @@ class SavesMixin(ServiceBase):
                 folded_id=source_id if folded else None,
             )
 
-        return self._write(run)
+        saved = self._write(run)
+        if self.db.dialect == "postgresql":  # the target as saved now, for its next save
+            self._forget(source_id)
+            self._remember(saved)
+        return saved
 
     def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
         """Move a directory and everything under it (one ``renamed`` version per memory) in one
