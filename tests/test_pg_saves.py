@@ -125,7 +125,7 @@ def test_what_a_service_remembers_of_its_saves_is_bounded(
         service.save_file(store, f"/m{i}.md", Content.from_text(f"{i:03d}" + "x" * 97))
     remembered = service._saved
     assert 0 < len(remembered) <= 10
-    assert service._saved_bytes == sum(len(content) for _, _, content in remembered.values())
+    assert service._saved_bytes == sum(len(last.content) for last in remembered.values())
     assert service._saved_bytes <= 1000
 
 
@@ -309,3 +309,22 @@ def test_a_save_after_a_rename_over_is_one_round_trip(
         "one\ntwo\n",
         "one\n",
     ]
+
+
+def test_a_memory_made_again_under_its_id_is_saved_as_it_is_now(
+    service: MemoryService, elsewhere: MemoryService, syncs: list[int]
+) -> None:
+    """Deleted and brought back by a restore elsewhere: the same id, path and content, but a
+    new memory (a new creation time); a save over it takes the careful way and says so."""
+    store = service.create_store("Again").id
+    memory, _ = service.save_file(store, "/f.md", Content.from_text("kept\n"))
+    before = elsewhere.list_versions(store).data[0].created_at
+    elsewhere.delete_memory(store, memory.id)
+    elsewhere.restore_store(store, before)
+    again = elsewhere.get_memory(store, memory.id)
+    assert (again.path, again.content) == ("/f.md", "kept\n")
+    assert again.created_at != memory.created_at
+    syncs.clear()
+    saved = _save(service, store, memory.id, "kept\nmore\n")
+    assert syncs == [1, 2]
+    assert saved.created_at == again.created_at

@@ -49,6 +49,7 @@ from mnemofs.store.rows import (
     SEARCH_TRAIL_S,
     StoreLock,
     _access,
+    _Assumed,
     _catch_up_search,
     _memory,
     _path_query,
@@ -78,13 +79,12 @@ class ServiceBase:
         self.db = Database(engine)
         self._accessed: dict[tuple[str, str], float] = {}  # (store, memory) -> last read
         self._seen: dict[str, StoreLock] = {}  # each store's rules as last locked (PostgreSQL)
-        self._saved: dict[str, tuple[str, str, str]] = {}  # memory -> hash, path, content saved
+        self._saved: dict[str, _Assumed] = {}  # memory -> the row as this service saved it
         self._saved_bytes = 0  # the content in _saved (see _remember)
         self._saved_lock = threading.Lock()  # the HTTP server saves from several threads
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
-        # The search index trails saves (SQLite, migration 0009; see ``_search_soon``).
-        self._search_caught_up = 0.0
+        self._search_caught_up = 0.0  # the search index trails saves (see ``_search_soon``)
         self._trailer: threading.Thread | None = None
         self._trailer_wake = threading.Event()
         self._closing = threading.Event()
@@ -524,20 +524,20 @@ class ServiceBase:
     def _forget(self, memory_id: str) -> None:
         with self._saved_lock:
             forgotten = self._saved.pop(memory_id, None)
-            self._saved_bytes -= len(forgotten[2]) if forgotten else 0
+            self._saved_bytes -= len(forgotten.content) if forgotten else 0
 
     def _remember(self, memory: Memory) -> None:
-        """Keep a memory's hash, path and content as this service saved them, for the next
-        save over it (``_save_over_last``); all are forgotten once they hold too much."""
+        """Keep a memory's row as this service saved it, for the next change over it
+        (``_save_over_last``); all are forgotten once they hold too much content."""
         if memory.content is None:
             return
         with self._saved_lock:  # the byte count stays exact with threads
             before = self._saved.pop(memory.id, None)
-            self._saved_bytes += len(memory.content) - (len(before[2]) if before else 0)
+            self._saved_bytes += len(memory.content) - (len(before.content) if before else 0)
             if self._saved_bytes > SAVED_KEPT_BYTES:
                 self._saved.clear()
                 self._saved_bytes = len(memory.content)
-            self._saved[memory.id] = (memory.content_sha256, memory.path, memory.content)
+            self._saved[memory.id] = _Assumed.of(memory)
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import replace
 from typing import Any
 
 from mnemofs import limits
@@ -43,6 +42,7 @@ from mnemofs.store.rows import (
     _STORE_AS_SEEN,
     _STORE_COUNTED,
     _STORE_LIVE,
+    _as_saved,
     _Assumed,
     _decode_cursor,
     _encode_cursor,
@@ -168,33 +168,28 @@ class MemoriesMixin(ServiceBase):
         ``SavesMixin._save_over_last`` saves: the new path's check is one more guard (no row
         of ``_path_check``'s query but the memory's own). ``GuardFailed`` as there."""
         seen, last = self._seen.get(store_id), self._saved.get(memory_id)
-        if seen is None or last is None or last[1] == path:
+        if seen is None or last is None or last.path == path:
             raise GuardFailed("nothing to assume")
-        sha, old_path, content = last
         ids = {"id": memory_id, "store": store_id}
         free, free_params = _path_query(store_id, path, memory_id)
 
-        def run(tx: Tx) -> tuple[Memory, Callable[[], list[Any]]]:
+        def run(tx: Tx) -> Memory:
             tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
-            tx.guard(_MEMORY_AS_SAVED, ids | {"sha": sha, "path": old_path})
+            tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
             tx.guard(
                 f"SELECT 1 / (1 - count(*))::int FROM (SELECT 1 FROM ({free}) AS c "
                 "WHERE c.id IS DISTINCT FROM :ignore LIMIT 1) AS taken",
                 free_params,
             )
-            found = tx.ahead(f"SELECT {_MEMORY_COLS} FROM memories WHERE id = :id", ids)
-            assumed = _Assumed(memory_id, old_path, sha, content, len(content.encode()))
-            moved = self._apply_update(
-                tx, store_id, assumed, path, None, actor, keep_directory=keep_directory
+            return self._apply_update(
+                tx, store_id, last, path, None, actor, keep_directory=keep_directory
             )
-            return moved, found
 
         try:
-            memory, found = self._write(run)
+            memory = self._write(run)
         except GuardFailed:
             self._forget(memory_id)
             raise
-        memory = replace(memory, created_at=found()[0].created_at)
         self._remember(memory)
         return memory
 
@@ -221,7 +216,7 @@ class MemoriesMixin(ServiceBase):
         if self.db.dialect == "postgresql":
             last = self._saved.get(memory_id)
             self._forget(memory_id)  # deleted now, or not this memory as remembered
-            if last is not None and wanted in (None, last[0]):
+            if last is not None and wanted in (None, last.content_sha256):
                 with suppress(GuardFailed):
                     return self._delete_as_saved(
                         store_id, memory_id, last, live, actor, keep_directory
@@ -250,7 +245,7 @@ class MemoriesMixin(ServiceBase):
         self,
         store_id: str,
         memory_id: str,
-        last: tuple[str, str, str],
+        last: _Assumed,
         live: str,
         actor: str | None,
         keep_directory: bool,
@@ -259,18 +254,15 @@ class MemoriesMixin(ServiceBase):
         ``SavesMixin._save_over_last`` saves: the store counted (and live, unless an archived
         one may be cleaned up) and the memory at the hash and path of that save are guards
         sent with the writes. ``GuardFailed`` as there; the careful delete then decides."""
-        sha, path, content = last
-        ids = {"id": memory_id, "store": store_id}
-        assumed = _Assumed(memory_id, path, sha, content, len(content.encode()))
 
         def run(tx: Tx) -> MemoryVersion:
             tx.guard(_STORE_COUNTED.format(live=live), {"store": store_id, "delta": -1})
-            tx.guard(_MEMORY_AS_SAVED, ids | {"sha": sha, "path": path})
+            tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
             now = utc_now()
             version_id = self._remove_memory(
-                tx, store_id, assumed, actor, now, keep_directory=keep_directory
+                tx, store_id, last, actor, now, keep_directory=keep_directory
             )
-            return self._deleted(store_id, memory_id, path, version_id, now, actor)
+            return self._deleted(store_id, memory_id, last.path, version_id, now, actor)
 
         return self._write(run)
 

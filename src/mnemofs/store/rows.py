@@ -479,20 +479,42 @@ _NOTHING_INSIDE = (
 )
 _MEMORY_AS_SAVED = (
     "SELECT 1 / count(*)::int FROM memories WHERE id = :id AND store_id = :store "
-    "AND content_sha256 = :sha AND path = :path"
+    "AND content_sha256 = :sha AND path = :path AND created_at = :created"
 )
 
 
 class _Assumed(NamedTuple):
     """A memory's row as a change over its last save assumes it (what ``_apply_update``
-    reads)."""
+    reads): what a service remembers of its last save of a memory (``_remember``)."""
 
     id: str
     path: str
     content_sha256: str
     content: str
     size_bytes: int
-    created_at: str = ""
+    created_at: str
+
+    @classmethod
+    def of(cls, memory: Memory) -> _Assumed:
+        return cls(
+            memory.id,
+            memory.path,
+            memory.content_sha256,
+            memory.content or "",
+            memory.content_size_bytes,
+            memory.created_at,
+        )
+
+
+def _as_saved(store_id: str, last: _Assumed) -> dict[str, str]:
+    """``_MEMORY_AS_SAVED``'s parameters: the memory as ``last`` remembers it."""
+    return {
+        "id": last.id,
+        "store": store_id,
+        "sha": last.content_sha256,
+        "path": last.path,
+        "created": last.created_at,
+    }
 
 
 def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, str]]:

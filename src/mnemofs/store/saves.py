@@ -4,10 +4,7 @@ over a target (with folds), directory moves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
-from typing import Any
 
 from mnemofs import limits
 from mnemofs.content import Content
@@ -35,7 +32,7 @@ from mnemofs.store.rows import (
     _STORE_WITH_ROOM,
     BY_ID_IN_STORE,
     StoreLock,
-    _Assumed,
+    _as_saved,
     _memories_at,
     _path_query,
     _screen,
@@ -173,28 +170,24 @@ class SavesMixin(ServiceBase):
         changed. The content is screened as the store was last seen, against the content of
         that save; a refusal is left to the careful save to make."""
         seen, last = self._seen.get(store_id), self._saved.get(memory_id)
-        if seen is None or last is None or last[0] == new.sha256:
+        if seen is None or last is None or last.content_sha256 == new.sha256:
             raise GuardFailed("nothing to assume")
-        sha, path, content = last
         try:
-            _screen(seen, store_id, path, new.text, content)
+            _screen(seen, store_id, last.path, new.text, last.content)
         except (SecretDetected, ContentTooLarge):
             raise GuardFailed("refused by the store as last seen") from None
 
-        def run(tx: Tx) -> tuple[Memory, Callable[[], list[Any]]]:
+        def run(tx: Tx) -> Memory:
             ids = {"id": memory_id, "store": store_id}
             tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
-            tx.guard(_MEMORY_AS_SAVED, ids | {"sha": sha, "path": path})
-            found = tx.ahead(f"SELECT {_MEMORY_COLS} FROM memories WHERE id = :id", ids)
-            assumed = _Assumed(memory_id, path, sha, content, len(content.encode()))
-            return self._apply_update(tx, store_id, assumed, path, new, actor), found
+            tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
+            return self._apply_update(tx, store_id, last, last.path, new, actor)
 
         try:
-            memory, found = self._write(run)
+            return self._write(run), False
         except GuardFailed:
             self._forget(memory_id)
             raise
-        return replace(memory, created_at=found()[0].created_at), False
 
     def rename_over(
         self,
