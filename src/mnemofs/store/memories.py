@@ -23,7 +23,6 @@ from mnemofs.models import (
     MemoryVersion,
     Page,
     StoreId,
-    VersionId,
     View,
 )
 from mnemofs.paths import (
@@ -218,9 +217,7 @@ class MemoriesMixin(ServiceBase):
             self._forget(memory_id)  # deleted now, or not this memory as remembered
             if last is not None and wanted in (None, last.content_sha256):
                 with suppress(GuardFailed):
-                    return self._delete_as_saved(
-                        store_id, memory_id, last, live, actor, keep_directory
-                    )
+                    return self._delete_as_saved(store_id, last, live, actor, keep_directory)
 
         def run(tx: Tx) -> MemoryVersion:
             # The row is asked for behind the lock (one round trip on PostgreSQL).
@@ -233,18 +230,13 @@ class MemoriesMixin(ServiceBase):
                     f"memory {memory_id} at {row.path!r} has content_sha256 "
                     f"{row.content_sha256}, not {wanted}: not deleted"
                 )
-            now = utc_now()
-            version_id = self._remove_memory(
-                tx, store_id, row, actor, now, keep_directory=keep_directory
-            )
-            return self._deleted(store_id, memory_id, row.path, version_id, now, actor)
+            return self._delete_row(tx, store_id, row, actor, keep_directory)
 
         return self._write(run)
 
     def _delete_as_saved(
         self,
         store_id: str,
-        memory_id: str,
         last: _Assumed,
         live: str,
         actor: str | None,
@@ -252,36 +244,31 @@ class MemoriesMixin(ServiceBase):
     ) -> MemoryVersion:
         """PostgreSQL: a delete of a memory this service saved last, in one round trip, as
         ``SavesMixin._save_over_last`` saves: the store counted (and live, unless an archived
-        one may be cleaned up) and the memory at the hash and path of that save are guards
+        one may be cleaned up) and the memory as that save left it are guards
         sent with the writes. ``GuardFailed`` as there; the careful delete then decides."""
 
         def run(tx: Tx) -> MemoryVersion:
             tx.guard(_STORE_COUNTED.format(live=live), {"store": store_id, "delta": -1})
             tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
-            now = utc_now()
-            version_id = self._remove_memory(
-                tx, store_id, last, actor, now, keep_directory=keep_directory
-            )
-            return self._deleted(store_id, memory_id, last.path, version_id, now, actor)
+            return self._delete_row(tx, store_id, last, actor, keep_directory)
 
         return self._write(run)
 
-    def _deleted(
-        self,
-        store_id: str,
-        memory_id: str,
-        path: str,
-        version_id: VersionId,
-        now: str,
-        actor: str | None,
+    def _delete_row(
+        self, tx: Tx, store_id: str, row: Any, actor: str | None, keep_directory: bool
     ) -> MemoryVersion:
-        """The 'deleted' version a delete wrote, as the API returns it."""
+        """Remove the memory ``row`` (its store locked and counted) and return its 'deleted'
+        version as the API does."""
+        now = utc_now()
+        version_id = self._remove_memory(
+            tx, store_id, row, actor, now, keep_directory=keep_directory
+        )
         return MemoryVersion(
             id=version_id,
             memory_store_id=StoreId(store_id),
-            memory_id=MemoryId(memory_id),
+            memory_id=MemoryId(row.id),
             operation="deleted",
-            path=path,
+            path=row.path,
             content_sha256=None,
             content_size_bytes=None,
             created_at=now,
