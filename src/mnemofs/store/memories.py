@@ -46,7 +46,7 @@ from mnemofs.store.rows import (
     _decode_cursor,
     _encode_cursor,
     _memory,
-    _path_query,
+    _path_free,
     _precondition_hash,
     _screen,
     _validate_limit,
@@ -130,7 +130,7 @@ class MemoriesMixin(ServiceBase):
             path = validate_path(path)
         new = None if content is None else Content.from_text(content)
         wanted = _precondition_hash(precondition)
-        if new is None and path is not None and wanted is None and self.db.dialect != "sqlite":
+        if new is None and path is not None and wanted is None and self.db.dialect == "postgresql":
             with suppress(GuardFailed):
                 return self._rename_over_last(store_id, memory_id, path, actor, keep_directory)
 
@@ -156,7 +156,7 @@ class MemoriesMixin(ServiceBase):
             )
 
         updated = self._write(run)
-        if self.db.dialect != "sqlite":
+        if self.db.dialect == "postgresql":
             self._remember(updated)
         return updated
 
@@ -170,16 +170,12 @@ class MemoriesMixin(ServiceBase):
         if seen is None or last is None or last.path == path:
             raise GuardFailed("nothing to assume")
         ids = {"id": memory_id, "store": store_id}
-        free, free_params = _path_query(store_id, path, memory_id)
+        free = _path_free(store_id, path, memory_id)
 
         def run(tx: Tx) -> Memory:
             tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
             tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
-            tx.guard(
-                f"SELECT 1 / (1 - count(*))::int FROM (SELECT 1 FROM ({free}) AS c "
-                "WHERE c.id IS DISTINCT FROM :ignore LIMIT 1) AS taken",
-                free_params,
-            )
+            tx.guard(*free)
             return self._apply_update(
                 tx, store_id, last, path, None, actor, keep_directory=keep_directory
             )
@@ -407,11 +403,11 @@ class MemoriesMixin(ServiceBase):
             # One round trip: what the careful way asks first (a live store, a free path) goes
             # out as guards with the INSERT and the COMMIT; if either fails nothing is written
             # and the careful way says why.
-            free, free_params = _path_query(store_id, path, None)
+            free = _path_free(store_id, path, None)
 
             def guarded(tx: Tx) -> MemoryPrefix:
                 tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
-                tx.guard(f"SELECT 1 / (1 - count(*))::int FROM ({free} LIMIT 1) AS t", free_params)
+                tx.guard(*free)
                 return insert(tx)
 
             with suppress(GuardFailed):

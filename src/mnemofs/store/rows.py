@@ -534,6 +534,17 @@ def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict
     )
 
 
+def _path_free(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, str]]:
+    """A ``Tx.guard`` that ``_path_query`` answers no row but ``ignore``'s own: the path
+    check a create, a rename or a mkdir would have made finds nothing in the way."""
+    query, params = _path_query(store_id, path, ignore)
+    return (
+        f"SELECT 1 / (1 - count(*))::int FROM (SELECT 1 FROM ({query}) AS c "
+        "WHERE c.id IS DISTINCT FROM :ignore LIMIT 1) AS taken",
+        params,
+    )
+
+
 def _path_verdict(
     rows: list[Any], path: str, as_dir: str, ignore: str | None, existing_ok: bool
 ) -> str | None:

@@ -34,7 +34,7 @@ from mnemofs.store.rows import (
     StoreLock,
     _as_saved,
     _memories_at,
-    _path_query,
+    _path_free,
     _screen,
     utc_now,
 )
@@ -149,12 +149,12 @@ class SavesMixin(ServiceBase):
             _screen(seen, store_id, path, new.text)
         except (SecretDetected, ContentTooLarge):
             raise GuardFailed("refused by the store as last seen") from None
-        free, free_params = _path_query(store_id, path, None)
+        free = _path_free(store_id, path, None)
         rules = {"store": store_id, "secrets": seen.secrets, "cap": seen.max_content_bytes}
 
         def run(tx: Tx) -> Memory:
             tx.guard(_STORE_WITH_ROOM, rules | {"max": limits.MAX_MEMORIES_PER_STORE})
-            tx.guard(f"SELECT 1 / (1 - count(*))::int FROM ({free} LIMIT 1) AS taken", free_params)
+            tx.guard(*free)
             return self._insert_memory(tx, store_id, path, new, actor)
 
         return self._write(run), True
