@@ -91,6 +91,37 @@ def test_readdir_offsets_survive_changes(fs: MemoryFs) -> None:
     assert set(listed) >= {"a.md", "f0.md", "f1.md", "f2.md", "f3.md", "late.md"} - {first[0][0]}
 
 
+def test_a_listing_follows_every_change(fs: MemoryFs) -> None:
+    """A directory's sorted listing is kept between READDIRs: every way its entries change
+    (here and elsewhere) shows in the next listing, in inode order."""
+    root = store_root(fs)
+    store = fs.mounts[0].store_id
+
+    def listed() -> list[str]:
+        entries = [node for _, node in fs.readdir(root.ino, 0)]
+        assert [n.ino for n in entries] == sorted(n.ino for n in entries)
+        return sorted(node.name for node in entries)
+
+    assert listed() == ["a.md"]
+    write_file(fs, root, "b.md", b"b")
+    assert listed() == ["a.md", "b.md"]
+    fs.rename(root.ino, "a.md", root.ino, "c.md")
+    assert listed() == ["b.md", "c.md"]
+    fs.rename(root.ino, "b.md", root.ino, "c.md")  # over another entry
+    assert listed() == ["c.md"]
+    sub = fs.mkdir(root.ino, "sub")
+    assert listed() == ["c.md", "sub"]
+    fs.rename(root.ino, "c.md", sub.ino, "c.md")  # out of the directory
+    assert listed() == ["sub"]
+    assert [name for name, _ in fs.readdir(sub.ino, 0)] == ["c.md"]
+    fs.service.create_memory(store, "/elsewhere.md", "e", actor="cli")
+    fs.refresh()
+    assert listed() == ["elsewhere.md", "sub"]
+    fs.unlink(sub.ino, "c.md")
+    fs.rmdir(root.ino, "sub")
+    assert listed() == ["elsewhere.md"]
+
+
 def test_temporary_files_stay_in_memory(fs: MemoryFs) -> None:
     root = store_root(fs)
     assert TEMP_NAME.match("sedAb12Cd")

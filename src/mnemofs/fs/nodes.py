@@ -102,6 +102,10 @@ class Node:
     # The newest version another writer saved of this file, as this mount learned of it:
     # (version id, who, when). A save through a descriptor that never saw it is a lost update.
     other_version: tuple[str, str, str] | None = None
+    # A directory's children in inode order, as the last readdir sorted them; None once they
+    # change (``set_child``, ``drop_child``). A listing takes several READDIR requests, each
+    # of which sorted them all again.
+    listing: list[Node] | None = None
 
     @property
     def current_size(self) -> int:
@@ -175,7 +179,9 @@ def set_child(parent: Node, name: str, node: Node) -> None:
     old = parent.children.get(name)
     parent.subdirs += node.is_dir - (old is not None and old.is_dir)
     parent.children[name] = node
+    parent.listing = None
 
 
 def drop_child(parent: Node, name: str) -> None:
     parent.subdirs -= parent.children.pop(name).is_dir
+    parent.listing = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import errno
+import operator
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -23,6 +25,8 @@ from mnemofs.fs.nodes import (
 )
 from mnemofs.models import Memory, Session
 from mnemofs.paths import validate_path
+
+_INO = operator.attrgetter("ino")
 
 
 class TreeBase:
@@ -211,9 +215,11 @@ class TreeBase:
         parent = self.node(ino)
         if not parent.is_dir:
             raise FsError(errno.ENOTDIR, f"{parent.name!r} is not a directory")
-        for node in sorted(parent.children.values(), key=lambda n: n.ino):
-            if node.ino > after:
-                yield node.name, node
+        listing = parent.listing
+        if listing is None:
+            listing = parent.listing = sorted(parent.children.values(), key=_INO)
+        for node in listing[bisect.bisect_right(listing, after, key=_INO) :]:
+            yield node.name, node
 
     def _lookup_path(self, mount: StoreMount, path: str) -> Node | None:
         node = mount.root
