@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import errno
 import json
+import random
 import re
+import string
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mnemofs import secrets
 from mnemofs.errors import SecretDetected
 from mnemofs.secrets import find_secrets
 from mnemofs.store import Engine, MemoryService
@@ -49,6 +52,78 @@ ORDINARY = """# Notes
 def test_each_kind_is_found_on_its_line(kind: str) -> None:
     text = f"first line\nsecond line\n{CREDENTIALS[kind]}\nlast\n"
     assert [(f.kind, f.line) for f in find_secrets(text)] == [(kind, 3)]
+
+
+def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:
+    """A random text ``pattern`` matches, made from the regex parser's tree of it."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    pool = string.ascii_letters + string.digits + "_-+/=.:@"
+    categories = {
+        _parser.CATEGORY_DIGIT: string.digits,
+        _parser.CATEGORY_WORD: string.ascii_letters + string.digits + "_",
+        _parser.CATEGORY_SPACE: " ",
+    }
+
+    def one_of(items: list[tuple[object, object]]) -> str:
+        if items and items[0][0] is _parser.NEGATE:
+            return rng.choice(pool)  # may not fit: the caller checks the whole sample
+        op, arg = rng.choice(items)
+        if op is _parser.LITERAL:
+            return chr(arg)  # type: ignore[arg-type]
+        if op is _parser.RANGE:
+            return chr(rng.randint(*arg))  # type: ignore[misc]
+        return rng.choice(categories.get(arg, pool))
+
+    def gen(items: list[tuple[object, object]]) -> str:
+        out = ""
+        for op, arg in items:
+            if op is _parser.LITERAL:
+                out += chr(arg)  # type: ignore[arg-type]
+            elif op is _parser.NOT_LITERAL or op is _parser.ANY:
+                out += rng.choice(pool.replace(chr(arg) if arg else "", ""))  # type: ignore[arg-type]
+            elif op is _parser.IN:
+                out += one_of(arg)  # type: ignore[arg-type]
+            elif op is _parser.CATEGORY:
+                out += rng.choice(categories[arg])
+            elif op in (_parser.MAX_REPEAT, _parser.MIN_REPEAT):
+                low, high, sub = arg  # type: ignore[misc]
+                out += "".join(gen(sub) for _ in range(rng.randint(low, min(high, low + 4))))
+            elif op is _parser.SUBPATTERN:
+                out += gen(arg[-1])  # type: ignore[index]
+            elif op is _parser.BRANCH:
+                out += gen(rng.choice(arg[1]))  # type: ignore[index]
+        return out  # anchors and lookarounds add nothing: the caller checks the sample
+
+    tree = list(_parser.parse(pattern.pattern, pattern.flags))
+    for _ in range(50):
+        text = gen(tree)
+        if pattern.flags & re.IGNORECASE:
+            text = "".join(c.upper() if rng.random() < 0.5 else c for c in text)
+        if pattern.search(text + " "):
+            return text
+    raise AssertionError(f"no sample of {pattern.pattern!r}")
+
+
+def test_the_shortcuts_miss_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen skips a pattern when the text lacks something every match of it needs; on
+    texts that hold a match of each pattern in turn, in prose and in the middle of a line, it
+    finds exactly what running every pattern finds."""
+    checks = secrets._checks()
+    assert sum(needs is not None for _, _, needs, _ in checks) >= 20  # the shortcuts are on
+    rng = random.Random(17)
+    texts = []
+    for _, pattern, _, _ in checks:
+        if pattern is None:
+            continue
+        for _ in range(10):
+            token = _sample(pattern, rng)
+            texts.append(f"some prose\nthe key: {token} and more\n{token}\n" + "x" * 300)
+    shortcut = [secrets._find(text) for text in texts]
+    monkeypatch.setattr(secrets, "_checks", lambda: [(d, p, None, b) for d, p, _, b in checks])
+    everything = [secrets._find(text) for text in texts]
+    assert shortcut == everything
+    assert sum(bool(found) for found in everything) > len(texts) * 0.8
 
 
 def test_ordinary_notes_never_trip_it() -> None:
