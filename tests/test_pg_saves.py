@@ -328,3 +328,24 @@ def test_a_memory_made_again_under_its_id_is_saved_as_it_is_now(
     saved = _save(service, store, memory.id, "kept\nmore\n")
     assert syncs == [1, 2]
     assert saved.created_at == again.created_at
+
+
+def test_a_save_after_a_directory_move_is_one_round_trip(
+    service: MemoryService, syncs: list[int]
+) -> None:
+    """A directory moved by the same service: the files it saved under it are remembered at
+    their new paths, so saving one again needs no careful look first."""
+    store = service.create_store("Moved").id
+    memory, _ = service.save_file(store, "/a/f.md", Content.from_text("one\n"))
+    other, _ = service.save_file(store, "/a/b/g.md", Content.from_text("two\n"))
+    assert service.move_directory(store, "/a", "/z") == 2
+    assert service._saved[memory.id].path == "/z/f.md"
+    syncs.clear()
+    saved, created = service.save_file(
+        store, "/z/f.md", Content.from_text("one\nmore\n"), memory_id=memory.id
+    )
+    assert not created
+    assert syncs == [1]
+    assert (saved.path, service.get_memory(store, memory.id).content) == ("/z/f.md", "one\nmore\n")
+    assert service.get_memory(store, other.id).path == "/z/b/g.md"
+    assert service.check().problems == []

@@ -265,8 +265,10 @@ class SavesMixin(ServiceBase):
             raise InvalidRequest(f"cannot move directory {old_prefix!r} into itself")
         old_range = {"store": store_id, "lo": old_prefix, "hi": prefix_upper_bound(old_prefix)}
         new_range = {"store": store_id, "lo": new_prefix, "hi": prefix_upper_bound(new_prefix)}
+        moved: list[Memory] = []
 
         def run(tx: Tx) -> int:
+            moved.clear()  # a transaction tried again starts over
             self._change_store(tx, store_id)
             moving = tx.all(
                 f"SELECT {_MEMORY_COLS}, content FROM memories WHERE store_id = :store "
@@ -304,9 +306,8 @@ class SavesMixin(ServiceBase):
             now = utc_now()
             tx.run("DELETE FROM directories WHERE store_id = :store AND path = :lo", new_range)
             for row in moving:
-                self._apply_update(
-                    tx, store_id, row, new_prefix + row.path[len(old_prefix) :], None, actor
-                )
+                path = new_prefix + row.path[len(old_prefix) :]
+                moved.append(self._apply_update(tx, store_id, row, path, None, actor))
             tx.run(
                 "DELETE FROM directories WHERE store_id = :store AND path >= :lo AND path < :hi",
                 old_range,
@@ -320,4 +321,9 @@ class SavesMixin(ServiceBase):
             self._keep_directory(tx, store_id, old_prefix[:-1], now)
             return len(moving)
 
-        return self._write(run)
+        count = self._write(run)
+        if self.db.dialect == "postgresql":
+            for memory in moved:  # remembered at the old path: remembered at the new one
+                if memory.id in self._saved:
+                    self._remember(memory)
+        return count
