@@ -54,6 +54,14 @@ def test_each_kind_is_found_on_its_line(kind: str) -> None:
     assert [(f.kind, f.line) for f in find_secrets(text)] == [(kind, 3)]
 
 
+def test_a_token_is_found_on_its_own_line_only() -> None:
+    """A pattern whose only group is optional: the library yields an empty "secret" when the
+    group is not there, which would be found on every line."""
+    token = "glcbt-" + "a1B2c3D4e5" * 3  # no optional prefix: the group is empty
+    text = f"one\ntwo {token}\nthree\n"
+    assert [(f.kind, f.line) for f in find_secrets(text)] == [("GitLab Token", 2)]
+
+
 def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:
     """A random text ``pattern`` matches, made from the regex parser's tree of it."""
     from re import _parser  # type: ignore[attr-defined]
@@ -62,7 +70,7 @@ def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:
     categories = {
         _parser.CATEGORY_DIGIT: string.digits,
         _parser.CATEGORY_WORD: string.ascii_letters + string.digits + "_",
-        _parser.CATEGORY_SPACE: " ",
+        _parser.CATEGORY_SPACE: " \n\t",
     }
 
     def one_of(items: list[tuple[object, object]]) -> str:
@@ -107,8 +115,8 @@ def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:
 
 def test_the_shortcuts_miss_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The screen skips a pattern when the text lacks something every match of it needs; on
-    texts that hold a match of each pattern in turn, in prose and in the middle of a line, it
-    finds exactly what running every pattern finds."""
+    texts that hold a match of each pattern in turn (in prose, mid-line, beside characters
+    beyond Latin-1), it finds exactly what running every pattern finds."""
     checks = secrets._checks()
     assert sum(needs is not None for _, _, needs, _ in checks) >= 20  # the shortcuts are on
     rng = random.Random(17)
@@ -116,9 +124,13 @@ def test_the_shortcuts_miss_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     for _, pattern, _, _ in checks:
         if pattern is None:
             continue
-        for _ in range(10):
+        for i in range(12):
             token = _sample(pattern, rng)
-            texts.append(f"some prose\nthe key: {token} and more\n{token}\n" + "x" * 300)
+            wide = "\u2014" if i % 3 == 1 else "\U0001f600" if i % 3 == 2 else "e"
+            texts.append(
+                f"some prose {wide}\nthe key: {token} and more\n{token}\n"
+                f"a {wide} line {token} end\n" + "x" * 300
+            )
     shortcut = [secrets._find(text) for text in texts]
     monkeypatch.setattr(secrets, "_checks", lambda: [(d, p, None, b) for d, p, _, b in checks])
     everything = [secrets._find(text) for text in texts]
