@@ -328,6 +328,7 @@ def test_a_catch_up_ends_while_saves_keep_noting_more(
     from mnemofs.store import base
 
     monkeypatch.setattr(base, "SEARCH_BATCH", 10)
+    monkeypatch.setattr(base, "SEARCH_BATCH_PG", 10)
     service.defer_checkpoints()  # as a mount: no trailer thread catching up meanwhile
     store = service.create_store("Notes").id
     for i in range(25):

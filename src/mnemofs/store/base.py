@@ -46,6 +46,7 @@ from mnemofs.store.rows import (
     BY_ID_IN_STORE,
     CHANGES_CHANNEL,
     SEARCH_BATCH,
+    SEARCH_BATCH_PG,
     SEARCH_TRAIL_S,
     StoreLock,
     _access,
@@ -112,9 +113,8 @@ class ServiceBase:
         # more since (the next catch-up takes them). Chasing those, a batch of one for every
         # save let in between, kept each save waiting for a transaction of the catch-up's for
         # as long as saves came (measured: 120 saves/s in a store of 10,000 memories).
-        while (
-            self.db.run(lambda tx: _catch_up_search(tx, SEARCH_BATCH), write=True) >= SEARCH_BATCH
-        ):
+        batch = SEARCH_BATCH if self.db.dialect == "sqlite" else SEARCH_BATCH_PG
+        while self.db.run(lambda tx: _catch_up_search(tx, batch), write=True) >= batch:
             self.db.step_aside()
             if upkeep:
                 self.db.checkpoint()
