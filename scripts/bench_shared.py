@@ -149,6 +149,7 @@ def racing_the_index(url: str, store: str) -> list[float]:
             saver.update_memory(store, memory_id, content=f"{PROSE}{round_no} again\n")
             times.append((time.perf_counter() - start) * 1000)
         catching_up.join()
+        indexer.checkpoint(force=True)  # a SQLite WAL kept small between rounds
     saver.close()
     indexer.close()
     return times
