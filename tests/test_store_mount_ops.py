@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import select
+import threading
 import time
 from pathlib import Path
 
@@ -95,6 +96,39 @@ def test_snapshot_and_change_feed(service: MemoryService, store_id: str) -> None
     assert feed[0].seq < feed[1].seq
     assert service.changes(store_id, feed[-1].seq) == []
     assert service.store_states([store_id])[store_id].revision > snap.revision
+
+
+def test_a_change_made_while_a_snapshot_is_read_is_in_it_or_after_it(
+    service: MemoryService, store_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mount or a sync worker starts from ``snapshot``: the tree and the position in the
+    change feed must be one moment, or a memory made between the two is in neither (found by
+    the PostgreSQL soak: the sync worker never had the CLI's first file)."""
+    from mnemofs.store import tx as txmod
+
+    other = MemoryService(service.engine, actor="cli")
+    original = txmod.Tx.all
+    made: list[str] = []
+
+    def all_then_a_commit_elsewhere(self: txmod.Tx, sql: str, params: object = None) -> object:
+        rows = original(self, sql, params)  # type: ignore[arg-type]
+        if "FROM memories WHERE store_id" in sql and not made:
+            made.append("")  # once
+            elsewhere = threading.Thread(  # its own connection, as another process's
+                target=lambda: made.append(other.create_memory(store_id, "/m.md", "meanwhile").id)
+            )
+            elsewhere.start()
+            elsewhere.join()
+        return rows
+
+    monkeypatch.setattr(txmod.Tx, "all", all_then_a_commit_elsewhere)
+    snap = service.snapshot(store_id)
+    monkeypatch.undo()
+    other.close()
+    assert len(made) == 2  # the commit came between the tree and the position
+    in_tree = [m.id for m in snap.memories]
+    in_feed = [c.version.memory_id for c in service.changes(store_id, snap.last_seq)]
+    assert (made[1] in in_tree) != (made[1] in in_feed)
 
 
 def test_rename_over_folds_a_fresh_temporary(service: MemoryService, store_id: str) -> None:

@@ -144,11 +144,11 @@ class ServiceBase:
             if self.db.deferred:  # a mount now: its upkeep thread catches up from here on
                 return
 
-    def _read(self, fn: Callable[[Tx], T]) -> T:
+    def _read(self, fn: Callable[[Tx], T], *, snapshot: bool = False) -> T:
         if self._accessed and time.monotonic() - self._accessed_since > ACCESS_FLUSH_S:
             with suppress(Exception):
                 self.flush_accesses()
-        return self.db.run(fn, write=False)
+        return self.db.run(fn, write=False, snapshot=snapshot)  # snapshot: all at one moment
 
     def _write(self, fn: Callable[[Tx], T]) -> T:
         def with_accesses(tx: Tx) -> T:

@@ -45,7 +45,9 @@ class FeedMixin(ServiceBase):
         return self.db.listener(CHANGES_CHANNEL)
 
     def snapshot(self, store_id: str) -> StoreSnapshot:
-        """The store's whole tree (no content) and its position in the change feed."""
+        """The store's whole tree (no content) and its position in the change feed, read at one
+        moment: a memory made between the two would be in neither (PostgreSQL reads otherwise
+        see each statement's own moment)."""
 
         def run(tx: Tx) -> StoreSnapshot:
             row = tx.one(
@@ -73,7 +75,7 @@ class FeedMixin(ServiceBase):
                 last_seq=int(last or 0),
             )
 
-        return self._read(run)
+        return self._read(run, snapshot=True)
 
     def store_states(self, store_ids: list[str]) -> dict[StoreId, StoreState]:
         """Revision and archive state of each store that still exists."""
@@ -141,7 +143,7 @@ class FeedMixin(ServiceBase):
         if store_id is None:  # the index is checked against the memories: up to date first
             self.catch_up_search()
 
-        return self._read(run)
+        return self._read(run, snapshot=True)  # counts and rows of one moment, whatever runs
 
     def defer_checkpoints(self) -> None:
         """For a long-lived writer whose thread answers a program waiting on each reply (a
