@@ -69,6 +69,47 @@ async def test_a_save_through_the_requests(adapter: Adapter) -> None:
 
 
 @pytest.mark.trio
+async def test_write_only_descriptors_bypass_the_page_cache(adapter: Adapter) -> None:
+    """Only a descriptor that cannot read is opened ``direct_io`` (no cached write path, so no
+    ``GETXATTR security.capability`` before each write); its writes leave the pages stale for
+    the next open, which drops them, and later opens keep them again."""
+    notes = await adapter.lookup(ROOT_INO, b"notes", Ctx())
+    entry = await adapter.lookup(notes.st_ino, b"a.md", Ctx())
+
+    async def opened(flags: int) -> tuple[int, bool, bool]:
+        info = await adapter.open(entry.st_ino, flags, Ctx())
+        return info.fh, bool(info.direct_io), bool(info.keep_cache)
+
+    async def closed(fh: int) -> None:
+        await adapter.flush(fh)
+        await adapter.release(fh)
+
+    reader, direct, keep = await opened(os.O_RDONLY)
+    assert (direct, keep) == (False, True)
+    writer, direct, _ = await opened(os.O_WRONLY)
+    assert direct
+    await adapter.write(writer, 6, b"beta\n")
+    await closed(writer)
+    await closed(reader)
+    fh, direct, keep = await opened(os.O_RDONLY)
+    assert (direct, keep) == (False, False)  # the write bypassed the pages
+    await closed(fh)
+    fh, direct, keep = await opened(os.O_RDWR)
+    assert (direct, keep) == (False, True)
+    await adapter.write(fh, 0, b"A")  # through the page cache: it stays
+    await closed(fh)
+    fh, direct, keep = await opened(os.O_RDONLY)
+    assert (direct, keep) == (False, True)
+    await closed(fh)
+    made, _ = await adapter.create(notes.st_ino, b"new.md", 0o644, os.O_WRONLY, Ctx())
+    assert made.direct_io
+    await closed(made.fh)
+    made, _ = await adapter.create(notes.st_ino, b"rw.md", 0o644, os.O_RDWR, Ctx())
+    assert not made.direct_io
+    await closed(made.fh)
+
+
+@pytest.mark.trio
 async def test_refusals_become_errnos(adapter: Adapter) -> None:
     docs = await adapter.lookup(ROOT_INO, b"docs", Ctx())
     doc = await adapter.lookup(docs.st_ino, b"d.md", Ctx())

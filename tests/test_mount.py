@@ -221,6 +221,41 @@ def test_descriptors_share_writes(env: Env) -> None:
     assert len(ops) <= 3  # one save per close that had something new to save
 
 
+def test_readers_see_what_write_only_descriptors_wrote(env: Env) -> None:
+    """A write-only descriptor bypasses the page cache (fs/adapter.py ``_file_info``): a reader
+    holding cached pages, a mapping, and every later open still see its writes."""
+    path = env.rw / "cached.md"
+    path.write_text("old content\n")
+    reader = os.open(path, os.O_RDONLY)
+    try:
+        assert os.pread(reader, 100, 0) == b"old content\n"  # now in the page cache
+        mapped = mmap.mmap(reader, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        assert mapped[:3] == b"old"
+        writer = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(writer, b"NEW", 0)
+            assert os.pread(reader, 100, 0) == b"NEW content\n"  # before any save
+        finally:
+            os.close(writer)
+        assert mapped[:12] == b"NEW content\n"
+        mapped.close()
+        appender = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(appender, b"more\n")
+        finally:
+            os.close(appender)
+        assert os.pread(reader, 100, 0) == b"NEW content\nmore\n"
+        assert os.fstat(reader).st_size == 17
+    finally:
+        os.close(reader)
+    run("sh", "-c", f"echo last >> {path}")
+    assert path.read_bytes() == b"NEW content\nmore\nlast\n"
+    with open(path, "w") as f:  # O_WRONLY | O_TRUNC
+        f.write("short\n")
+    assert path.read_text() == "short\n"
+    assert env.memory("/cached.md").content == "short\n"
+
+
 def test_python_open_modes(env: Env) -> None:
     path = env.rw / "py.md"
     with open(path, "w", encoding="utf-8") as f:

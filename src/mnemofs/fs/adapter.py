@@ -276,16 +276,17 @@ class Adapter(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any) -> Any:
         try:
             self._may_write(ctx, parent_inode, "create")
+            write_only = (flags & os.O_ACCMODE) == os.O_WRONLY
             node, fh = self.fs.create(
                 parent_inode,
                 _name(name),
                 exclusive=bool(flags & os.O_EXCL),
                 truncate=bool(flags & os.O_TRUNC),
                 append=bool(flags & os.O_APPEND),
+                write_only=write_only,
             )
-            return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(node.ino)), self.attrs(
-                node
-            )
+            info = _file_info(fh, self.fs.keep_pages(node.ino), write_only)
+            return info, self.attrs(node)
         except Exception as exc:
             raise self._refused(exc, "create", parent_inode, name) from None
 
@@ -301,10 +302,9 @@ class Adapter(pyfuse3.Operations):
                 write=write,
                 truncate=bool(flags & os.O_TRUNC),
                 append=bool(flags & os.O_APPEND),
+                write_only=(flags & os.O_ACCMODE) == os.O_WRONLY,
             )
-            # The page cache survives across opens: every change that bypasses the kernel is
-            # invalidated (changes from elsewhere) or flagged for the next open (rollbacks).
-            return pyfuse3.FileInfo(fh=fh, keep_cache=self.fs.keep_pages(inode))
+            return _file_info(fh, self.fs.keep_pages(inode), (flags & os.O_ACCMODE) == os.O_WRONLY)
         except Exception as exc:
             if write or flags & os.O_TRUNC:
                 raise self._refused(exc, "open for writing", inode) from None
@@ -439,6 +439,16 @@ async def drop_caches(items: list[Invalidation]) -> None:
     inodes = [item.ino for item in items if item.kind == "inode"]
     if inodes:
         await trio.to_thread.run_sync(_invalidate_inodes, inodes)
+
+
+def _file_info(fh: int, keep_cache: bool, write_only: bool) -> Any:
+    """An open file's flags for the kernel. The page cache survives across opens: every change
+    that bypasses it is invalidated (changes from elsewhere) or flagged for the next open
+    (rollbacks, writes that bypassed it). A write-only descriptor bypasses it (``direct_io``):
+    it can read nothing back, and the kernel's cached write path asks ``GETXATTR
+    security.capability`` before every write (to strip it; a mount has none), one FUSE round
+    trip of a save's six, which the direct path does not."""
+    return pyfuse3.FileInfo(fh=fh, keep_cache=keep_cache, direct_io=write_only)
 
 
 def _invalidate_inodes(inodes: list[int]) -> None:

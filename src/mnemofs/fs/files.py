@@ -69,10 +69,14 @@ class FilesMixin(TreeBase):
         if node.file is not None and node.file.opens == 0 and not node.file.dirty:
             node.file = None
 
-    def _new_handle(self, node: Node, writable: bool, append: bool = False) -> int:
+    def _new_handle(
+        self, node: Node, writable: bool, append: bool = False, *, direct: bool = False
+    ) -> int:
         fh = self._next_fh
         self._next_fh += 1
-        self.handles[fh] = Handle(node, writable, append=append, seen=node.version_id)
+        self.handles[fh] = Handle(
+            node, writable, append=append, seen=node.version_id, direct=direct
+        )
         return fh
 
     def _saved_by(self, handle: Handle) -> None:
@@ -93,6 +97,7 @@ class FilesMixin(TreeBase):
         exclusive: bool = True,
         truncate: bool = False,
         append: bool = False,
+        write_only: bool = False,
     ) -> tuple[Node, int]:
         """open(O_CREAT). The kernel asks only when it believes ``name`` absent, but another
         mount may have made it since: without O_EXCL that is an open of the file it made."""
@@ -103,7 +108,9 @@ class FilesMixin(TreeBase):
         if existing is not None:
             if exclusive:
                 raise FsError(errno.EEXIST, f"{name!r} exists")
-            fh = self.open(existing.ino, write=True, truncate=truncate, append=append)
+            fh = self.open(
+                existing.ino, write=True, truncate=truncate, append=append, write_only=write_only
+            )
             existing.lookups += 1
             return existing, fh
         temporary = bool(TEMP_NAME.match(name))
@@ -118,7 +125,7 @@ class FilesMixin(TreeBase):
         node.born = node.temp_since = time.monotonic()
         node.file = OpenFile(bytearray(), dirty=True, opens=1)
         node.lookups += 1
-        return node, self._new_handle(node, True, append)
+        return node, self._new_handle(node, True, append, direct=write_only)
 
     @staticmethod
     def _store_full(mount: StoreMount) -> bool:
@@ -133,7 +140,16 @@ class FilesMixin(TreeBase):
         node.stale_pages = False
         return keep
 
-    def open(self, ino: int, *, write: bool, truncate: bool, append: bool = False) -> int:
+    def open(
+        self,
+        ino: int,
+        *,
+        write: bool,
+        truncate: bool,
+        append: bool = False,
+        write_only: bool = False,
+    ) -> int:
+        """open(). ``write_only``: the kernel keeps no pages for it (``Handle.direct``)."""
         node = self.node(ino)
         if node.is_dir:
             raise FsError(errno.EISDIR, f"{node.name!r} is a directory")
@@ -148,7 +164,7 @@ class FilesMixin(TreeBase):
             node.file.data.clear()
             node.file.dirty = True
             node.mtime_ns = node.ctime_ns = _now_ns()
-        return self._new_handle(node, write or truncate, append and write)
+        return self._new_handle(node, write or truncate, append and write, direct=write_only)
 
     def read(self, fh: int, offset: int, size: int) -> bytes:
         node = self._handle(fh).node
@@ -176,6 +192,8 @@ class FilesMixin(TreeBase):
         if offset > len(buf):
             buf.extend(b"\0" * (offset - len(buf)))
         buf[offset:end] = data
+        if handle.direct:
+            node.stale_pages = True
         node.file.dirty = True
         handle.wrote = True
         node.mtime_ns = node.ctime_ns = _now_ns()

@@ -124,6 +124,10 @@ class Handle:
     # before this write reached us (an append there would leave a run of NUL bytes).
     append: bool = False
     seen: str | None = None  # the version this descriptor opened (or last saved)
+    # Opened write-only: its writes bypass the kernel's page cache (``direct_io``). The kernel
+    # drops the pages a direct write covers (since Linux 6.6); the node's pages are marked
+    # stale as well, so the next open starts from the saved content on any kernel.
+    direct: bool = False
 
 
 class NoticeLog:
