@@ -293,6 +293,7 @@ class Adapter(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: Any) -> Any:
         try:
             write = (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+            write_only = (flags & os.O_ACCMODE) == os.O_WRONLY
             if write or flags & os.O_TRUNC:
                 self._may_write(ctx, inode, "open for writing")
             else:
@@ -302,9 +303,9 @@ class Adapter(pyfuse3.Operations):
                 write=write,
                 truncate=bool(flags & os.O_TRUNC),
                 append=bool(flags & os.O_APPEND),
-                write_only=(flags & os.O_ACCMODE) == os.O_WRONLY,
+                write_only=write_only,
             )
-            return _file_info(fh, self.fs.keep_pages(inode), (flags & os.O_ACCMODE) == os.O_WRONLY)
+            return _file_info(fh, self.fs.keep_pages(inode), write_only)
         except Exception as exc:
             if write or flags & os.O_TRUNC:
                 raise self._refused(exc, "open for writing", inode) from None
