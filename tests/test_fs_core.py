@@ -160,6 +160,28 @@ def test_rename_over_and_directories(fs: MemoryFs) -> None:
     assert code(fs.rename, root.ino, "a.md", fs.root.ino, "a.md") == errno.EROFS
 
 
+def test_a_temporary_file_renamed_over_a_file_deleted_elsewhere_makes_it_again(
+    fs: MemoryFs,
+) -> None:
+    """``sed -i`` and ``os.replace`` save by renaming a temporary file (never saved) over the
+    file: if another writer deleted that file meanwhile, the rename still saves the bytes, as
+    a close() of the open file would, instead of failing."""
+    root = store_root(fs)
+    target = fs.lookup(root.ino, "a.md")
+    write_file(fs, root, "sedAbC123", b"edited alpha")
+    assert "/sedAbC123" not in stored(fs)
+    store = fs.mounts[0].store_id
+    fs.service.delete_memory(store, target.memory_id)  # another writer, before we hear of it
+    before = fs.mounts[0].count
+    fs.rename(root.ino, "sedAbC123", root.ino, "a.md")
+    assert stored(fs) == {"/a.md": "edited alpha"}
+    node = fs.lookup(root.ino, "a.md")
+    assert node.memory_id != target.memory_id
+    assert fs.service.get_memory(store, node.memory_id).content == "edited alpha"
+    assert fs.mounts[0].count == before + 1
+    assert "sedAbC123" not in root.children
+
+
 def test_refusals_leave_the_store_unchanged(fs: MemoryFs) -> None:
     root = store_root(fs)
     before = stored(fs)

@@ -20,6 +20,7 @@ from mnemofs.errors import (
     StoreArchived,
     StoreFull,
 )
+from mnemofs.fs.core import MemoryFs
 from mnemofs.store import MemoryService
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
@@ -349,3 +350,24 @@ def test_a_save_after_a_directory_move_is_one_round_trip(
     assert (saved.path, service.get_memory(store, memory.id).content) == ("/z/f.md", "one\nmore\n")
     assert service.get_memory(store, other.id).path == "/z/b/g.md"
     assert service.check().problems == []
+
+
+def test_a_temporary_file_renamed_over_the_last_save_is_one_round_trip(
+    service: MemoryService, syncs: list[int]
+) -> None:
+    """``sed -i``'s temporary file is never saved; renamed over the file it replaces, its bytes
+    are a save of that file, one round trip as any save over the last one."""
+    store = service.create_store("Sed").id
+    service.save_file(store, "/f.md", Content.from_text("x\n"))
+    session = service.create_session([{"memory_store_id": store}], mount_root="/mnt/memory")
+    fs = MemoryFs(service, session, actor=session.id)
+    root = fs.root.children["sed"]
+    target = fs.lookup(root.ino, "f.md")
+    _, fh = fs.create(root.ino, "sedAbC123")
+    fs.write(fh, 0, b"y\n")
+    fs.flush(fh)
+    fs.release(fh)
+    syncs.clear()
+    fs.rename(root.ino, "sedAbC123", root.ino, "f.md")
+    assert syncs == [1]
+    assert service.get_memory(store, target.memory_id).content == "y\n"

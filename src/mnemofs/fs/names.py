@@ -147,10 +147,16 @@ class NamesMixin(FilesMixin):
                 mount.store_id, node.memory_id, target.memory_id, actor=self.actor, fold=fold
             )
             mount.count -= 1
-        else:
-            memory = self.service.update_memory(
-                mount.store_id, target.memory_id, content=Content.from_bytes(data), actor=self.actor
+        else:  # a temporary file, never saved: the target takes its bytes as a save would
+            memory, created = self.service.save_file(
+                mount.store_id,
+                self.path(target),
+                Content.from_bytes(data),
+                memory_id=target.memory_id,
+                actor=self.actor,
             )
+            if created:  # the target was deleted elsewhere meanwhile: made again
+                mount.count += 1
         # As on any filesystem, the source's inode now lives under the target's name (that is
         # what the kernel's caches already say); it carries the target's memory from here on.
         dst_dir = target.parent or self.root
