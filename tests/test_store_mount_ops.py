@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import select
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -169,17 +168,32 @@ def test_change_notifications(service: MemoryService, store_id: str) -> None:
         return
     assert listener is not None
     other = MemoryService(service.engine, actor="cli")
+    marker = other.create_store("Marker").id
+
+    def heard_until_marker() -> set[str]:
+        """Everything heard up to a change of the marker store: notifications arrive in commit
+        order, so once it is heard nothing committed before it is still on the way."""
+        other.update_store(marker, name="marker")
+        heard: set[str] = set()
+
+        def marker_heard() -> bool:
+            heard.update(listener.drain())
+            return marker in heard
+
+        assert wait_for(marker_heard)
+        return heard - {marker}
+
     try:
         assert listener.drain() == set()
         mem = other.create_memory(store_id, "/x.md", "x")
         other.update_memory(store_id, mem.id, content="y")
-        assert wait_for(lambda: store_id in listener.drain())
+        assert heard_until_marker() == {store_id}
         other.update_store(store_id, name="renamed")
-        assert wait_for(lambda: listener.drain() == {store_id})
+        assert heard_until_marker() == {store_id}
+        assert heard_until_marker() == set()
         # The listener's own service's changes are not news to it (a mount shows its saves).
         service.update_memory(store_id, mem.id, content="z")
-        time.sleep(0.2)
-        assert listener.drain() == set()
+        assert heard_until_marker() == set()
     finally:
         listener.close()
         other.close()
