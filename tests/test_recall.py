@@ -319,16 +319,94 @@ def test_search_index_trails_saves_and_catches_up(service: MemoryService) -> Non
     assert service.check().problems == []
 
 
+def _count_catch_ups(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each catch-up of the search index began (searches catch up too: none here)."""
+    began: list[float] = []
+    real = service.search_trail.catch_up
+
+    def counted(*, upkeep: bool = False) -> None:
+        began.append(time.monotonic())
+        real(upkeep=upkeep)
+
+    monkeypatch.setattr(service.search_trail, "catch_up", counted)
+    return began
+
+
+def _burst(service: MemoryService, store: str, memory_id: str, seconds: float) -> float:
+    """Save one memory again and again for ``seconds`` (~20 saves a second); when it ended."""
+    end = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < end:
+        i += 1
+        service.update_memory(store, memory_id, content=f"draft {i}")
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def test_the_index_catches_up_once_writes_pause(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background takes a burst of changes into the index when the burst ends, not during
+    it (its work would compete with the saves), and at the latest SEARCH_TRAIL_MAX_S after
+    its last catch-up while they go on."""
+    from mnemofs.store import trail
+
+    store = service.create_store("Drafts").id
+    memory = service.create_memory(store, "/draft.md", "draft 0")
+    monkeypatch.setattr(trail, "SEARCH_QUIET_S", 1.5)  # longer than any pause of the burst
+    monkeypatch.setattr(trail, "SEARCH_TRAIL_MAX_S", 60.0)
+    time.sleep(0.1)  # a catch-up already under way has begun
+    began = _count_catch_ups(service, monkeypatch)
+    ended = _burst(service, store, memory.id, 2.5)
+    assert began == []
+    assert wait_for(lambda: _pending(service) == 0, timeout=10)
+    assert began
+    assert began[0] >= ended
+
+    monkeypatch.setattr(trail, "SEARCH_QUIET_S", 60.0)
+    monkeypatch.setattr(trail, "SEARCH_TRAIL_MAX_S", 0.5)
+    began.clear()
+    ended = _burst(service, store, memory.id, 2.5)
+    assert len(began) >= 2
+    assert began[-1] < ended
+    assert [h.path for h in service.search(store, "draft")] == ["/draft.md"]
+
+
+def test_a_mount_upkeep_catches_up_once_writes_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mount's upkeep (SQLite) asks the same: a look during a burst leaves the changes noted,
+    the first look after the pause takes them in."""
+    from mnemofs.store import trail
+
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'm.db'}"), actor="a")
+    try:
+        service.defer_checkpoints()  # as a mount: its upkeep calls checkpoint()
+        store = service.create_store("Drafts").id
+        memory = service.create_memory(store, "/draft.md", "draft 0")
+        service.checkpoint(force=True)
+        monkeypatch.setattr(trail, "SEARCH_QUIET_S", 0.5)
+        service.update_memory(store, memory.id, content="draft 1")
+        service.checkpoint()
+        assert _pending(service) == 1
+        time.sleep(0.6)
+        assert service.checkpoint_due()
+        service.checkpoint()
+        assert _pending(service) == 0
+    finally:
+        service.close()
+
+
 def test_a_catch_up_ends_while_saves_keep_noting_more(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between its batches a catch-up lets waiting saves in; each notes one more change. A
     batch that is not full ends it: those are the next catch-up's (before, it took them one
     per batch for as long as saves kept coming, each batch a transaction of its own)."""
-    from mnemofs.store import base
+    from mnemofs.store import trail
 
-    monkeypatch.setattr(base, "SEARCH_BATCH", 10)
-    monkeypatch.setattr(base, "SEARCH_BATCH_PG", 10)
+    monkeypatch.setattr(trail, "SEARCH_BATCH", 10)
+    monkeypatch.setattr(trail, "SEARCH_BATCH_PG", 10)
     service.defer_checkpoints()  # as a mount: no trailer thread catching up meanwhile
     store = service.create_store("Notes").id
     for i in range(25):

@@ -45,22 +45,18 @@ from mnemofs.store.rows import (
     ACCESS_FLUSH_S,
     BY_ID_IN_STORE,
     CHANGES_CHANNEL,
-    SEARCH_BATCH,
-    SEARCH_BATCH_PG,
-    SEARCH_TRAIL_S,
     StoreLock,
     _access,
     _Assumed,
-    _catch_up_search,
     _memory,
     _path_query,
     _path_verdict,
-    _search_pending,
     _timestamp,
     keep_directory,
     utc_now,
 )
 from mnemofs.store.sql import Database
+from mnemofs.store.trail import SearchTrail
 from mnemofs.store.tx import Tx
 
 T = TypeVar("T")
@@ -85,16 +81,10 @@ class ServiceBase:
         self._saved_lock = threading.Lock()  # the HTTP server saves from several threads
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
-        self._search_caught_up = 0.0  # the search index trails saves (see ``_search_soon``)
-        self._trailer: threading.Thread | None = None
-        self._trailer_wake = threading.Event()
-        self._closing = threading.Event()
+        self.search_trail = SearchTrail(self.db)
 
     def close(self) -> None:
-        self._closing.set()
-        if self._trailer is not None:
-            self._trailer_wake.set()
-            self._trailer.join(timeout=10)
+        self.search_trail.stop()
         with suppress(Exception):  # a database that is gone loses the last second of reads
             self.flush_accesses()
         with suppress(Exception):  # the next search, in any process, catches up instead
@@ -102,47 +92,8 @@ class ServiceBase:
         self.db.close()
 
     def catch_up_search(self, *, upkeep: bool = False) -> None:
-        """Take every change noted for the search index into it, ``SEARCH_BATCH`` at a time,
-        each batch its own short transaction; a writer waiting behind a batch goes before the
-        next one. ``upkeep`` (a mount's worker thread): the SQLite WAL is checkpointed between
-        batches when due, so a long catch-up does not let it grow meanwhile."""
-        self._search_caught_up = time.monotonic()
-        if not self.db.run(_search_pending, write=False):
-            return
-        # A batch that is not full took every note there was: done, even if saves have noted
-        # more since (the next catch-up takes them). Chasing those, a batch of one for every
-        # save let in between, kept each save waiting for a transaction of the catch-up's for
-        # as long as saves came (measured: 120 saves/s in a store of 10,000 memories).
-        batch = SEARCH_BATCH if self.db.dialect == "sqlite" else SEARCH_BATCH_PG
-        while self.db.run(lambda tx: _catch_up_search(tx, batch), write=True) >= batch:
-            self.db.step_aside()
-            if upkeep:
-                self.db.checkpoint()
-
-    def _search_soon(self) -> None:
-        """After a write: have the trailer catch up soon (unless a mount's upkeep does)."""
-        if self.db.deferred:
-            return
-        if self._trailer is None:
-            self._trailer = threading.Thread(
-                target=self._trail, name="mnemofs-search-index", daemon=True
-            )
-            self._trailer.start()
-        self._trailer_wake.set()
-
-    def _trail(self) -> None:
-        while True:
-            self._trailer_wake.wait()
-            if self._closing.wait(SEARCH_TRAIL_S):
-                return
-            self._trailer_wake.clear()
-            try:
-                self.catch_up_search()
-            except Exception as exc:
-                log.warning("the search index could not catch up (%s); retrying", exc)
-                self._trailer_wake.set()
-            if self.db.deferred:  # a mount now: its upkeep thread catches up from here on
-                return
+        """Take every change noted for the search index into it now (``SearchTrail``)."""
+        self.search_trail.catch_up(upkeep=upkeep)
 
     def _read(self, fn: Callable[[Tx], T], *, snapshot: bool = False) -> T:
         if self._accessed and time.monotonic() - self._accessed_since > ACCESS_FLUSH_S:
@@ -156,7 +107,7 @@ class ServiceBase:
             return fn(tx)
 
         result = self.db.run(with_accesses if self._accessed else fn, write=True)
-        self._search_soon()
+        self.search_trail.wrote()
         return result
 
     def _store_row(self, tx: Tx, store_id: str, *, lock: bool = False) -> Any:

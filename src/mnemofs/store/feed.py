@@ -5,7 +5,6 @@ changes since a position, notifications, checkpoints, reachability, the consiste
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 
 from mnemofs.errors import (
@@ -26,7 +25,6 @@ from mnemofs.store.rows import (
     _STORE_COLS,
     _VERSION_COLS,
     CHANGES_CHANNEL,
-    SEARCH_TRAIL_S,
     _memory,
     _placeholders,
     _store,
@@ -158,10 +156,10 @@ class FeedMixin(ServiceBase):
 
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount calls it a few times a second):
-        take saved changes into the search index at most ``SEARCH_TRAIL_S`` late, and keep
+        take saved changes into the search index once writes pause (``SearchTrail``), and keep
         the WAL small (see ``Database.checkpoint``). SQLite: ``checkpoint_due`` never asks for
         it on PostgreSQL, where the service's own trailer thread keeps the index caught up."""
-        if time.monotonic() - self._search_caught_up >= SEARCH_TRAIL_S:
+        if self.search_trail.wait() <= 0:
             self.catch_up_search(upkeep=True)
         self.db.checkpoint(force=force)
 
@@ -170,9 +168,7 @@ class FeedMixin(ServiceBase):
         stat): a mount looks often and goes to a worker thread only when there is."""
         if self.db.dialect != "sqlite":
             return False
-        return (
-            time.monotonic() - self._search_caught_up >= SEARCH_TRAIL_S or self.db.checkpoint_due()
-        )
+        return self.search_trail.wait() <= 0 or self.db.checkpoint_due()
 
     def data_version(self) -> int | None:
         """A number that changes when another connection commits (SQLite); None elsewhere."""

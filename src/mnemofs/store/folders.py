@@ -121,7 +121,7 @@ class FoldersMixin(ServiceBase):
             outcomes: list[FileOut] = self.db.run(run, write=True)
         except _DryRun as dry:
             return dry.outcomes
-        self._search_soon()
+        self.search_trail.wrote()
         return outcomes
 
     def _keep_folder(self, tx: Tx, store_id: str, path: str) -> FileOut:

@@ -51,7 +51,13 @@ EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
 # was emptied) it may take the store's index and walk every row of the store to find the one id
 # (1.4 ms for 2,000 memories instead of 0.02; issue 17).
 BY_ID_IN_STORE = "id = :id AND store_id || '' = :store"
-SEARCH_TRAIL_S = 1.0  # the search index takes in saved changes at most about this late
+# The search index takes in a process's saved changes once its writes pause (SEARCH_QUIET_S),
+# or SEARCH_TRAIL_MAX_S after its last catch-up while they go on; a process with no writes of its
+# own since then looks for other processes' leftovers every SEARCH_TRAIL_S. Every search catches
+# up first, so none of this is ever seen by a reader (docs/decisions.md, "Search trails saves").
+SEARCH_QUIET_S = 0.2
+SEARCH_TRAIL_MAX_S = 2.0
+SEARCH_TRAIL_S = 1.0
 SEARCH_BATCH = 100  # changes taken into the index per transaction in the background
 # PostgreSQL locks a batch's rows while it makes their vectors (~0.6 ms a row of 4 KiB of
 # prose), and a save of one of them waits: with 100, saves racing a catch-up waited up to 66 ms.

@@ -102,7 +102,7 @@ class TimeTravelMixin(ServiceBase):
 
         steps: list[RestoreStep] = self.db.run(run, write=True)
         if steps and not dry_run:
-            self._search_soon()
+            self.search_trail.wrote()
         return steps
 
     def fork_store(
@@ -141,7 +141,7 @@ class TimeTravelMixin(ServiceBase):
             return _store(self._store_row(tx, fork))
 
         store: MemoryStore = self.db.run(run, write=True)
-        self._search_soon()
+        self.search_trail.wrote()
         return store
 
     def _heads_at(self, tx: Tx, store_id: str, moment: str) -> dict[str, _Then]:

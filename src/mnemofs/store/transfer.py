@@ -222,7 +222,7 @@ class TransferMixin(ServiceBase):
 
     def _write_once(self, fn: Callable[[Tx], Any]) -> Any:
         result = self.db.run(fn, write=True, once=True)
-        self._search_soon()
+        self.search_trail.wrote()
         return result
 
 
