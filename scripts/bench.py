@@ -49,9 +49,14 @@ BLOCK = b"x" * 4096
 HALF = b"y" * 2048
 LINE = b"appended line\n"
 SETTLE_S = 2.0
-# Between one target's phase and the next's: background work a phase left (a checkpoint, the
-# search index's catch-up, which trails saves by up to a second) mostly done before the next.
+# Between one target's phase and the next's: at least PHASE_SETTLE_S, then until the bench's
+# processes stop working in the background (a checkpoint, the search index's catch-up once a
+# burst of saves ends, rclone's uploads), at most PHASE_SETTLE_MAX_S: each phase pays for its own
+# work, not for what the phase before it (another target's) left running.
 PHASE_SETTLE_S = 0.5
+PHASE_SETTLE_MAX_S = 5.0
+QUIET_CPU_S = 0.002  # CPU time of all of them together in QUIET_WINDOW_S: quiet
+QUIET_WINDOW_S = 0.05
 IDLE_S = 10.0
 
 
@@ -150,10 +155,23 @@ def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
     ]
 
 
-def run_round(targets: list[Target], round_no: int, files: int) -> None:
-    """One round: each phase on every target in turn, a moment apart, so a target's ratio to
-    another compares runs made seconds apart (this machine's speed drifts by tens of per cent
-    within a minute); the targets' order rotates from round to round."""
+def settle(pids: list[int]) -> None:
+    """Wait until the processes ``pids`` are quiet (see ``PHASE_SETTLE_S``)."""
+    time.sleep(PHASE_SETTLE_S)
+    deadline = time.monotonic() + PHASE_SETTLE_MAX_S
+    before = sum(cpu_s(pid) for pid in pids)
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_WINDOW_S)
+        now = sum(cpu_s(pid) for pid in pids)
+        if now - before < QUIET_CPU_S:
+            return
+        before = now
+
+
+def run_round(targets: list[Target], round_no: int, files: int, pids: list[int]) -> None:
+    """One round: each phase on every target in turn, a moment apart (``settle``), so a
+    target's ratio to another compares runs made seconds apart (this machine's speed drifts by
+    tens of per cent within a minute); the targets' order rotates from round to round."""
     turn = round_no % len(targets)
     order = targets[turn:] + targets[:turn]
     plans = {t.name: workload(t.path / f"round{round_no + 1}", files, t.errors) for t in order}
@@ -162,7 +180,7 @@ def run_round(targets: list[Target], round_no: int, files: int) -> None:
         for t in order:
             name, run = plans[t.name][step]
             results[t.name][name] = run()
-            time.sleep(PHASE_SETTLE_S)
+            settle(pids)
     for t in targets:
         t.runs.append(results[t.name])
 
@@ -441,7 +459,7 @@ def main() -> None:
         watcher = threading.Thread(target=watch_wal, args=(targets, stop), daemon=True)
         watcher.start()
         for round_no in range(args.repeat):
-            run_round(targets, round_no, args.files)
+            run_round(targets, round_no, args.files, [proc.pid for proc in bench.procs])
             time.sleep(SETTLE_S)  # let background work (checkpoints, indexing) finish
             print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
         stop.set()
