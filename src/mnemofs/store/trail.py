@@ -94,6 +94,8 @@ class SearchTrail:
     def _trail(self) -> None:
         while True:
             self._wake.wait()
+            if self._stopping.is_set():  # the service's close() catches up itself
+                return
             while (wait := self.wait()) > 0:
                 if self._stopping.wait(wait):
                     return
