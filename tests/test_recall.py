@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -370,6 +371,44 @@ def test_the_index_catches_up_once_writes_pause(
     assert len(began) >= 2
     assert began[-1] < ended
     assert [h.path for h in service.search(store, "draft")] == ["/draft.md"]
+
+
+def test_writers_on_several_threads_start_one_trailer(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HTTP server writes from several threads; their first writes start one thread that
+    keeps the search index caught up, not one each."""
+    import threading
+
+    from mnemofs.store import trail
+
+    store = service.create_store("Busy").id
+    service.search_trail.stop()
+    service.search_trail = trail.SearchTrail(service.db)  # no thread yet
+    started: list[threading.Thread] = []
+
+    class SlowToStart(threading.Thread):  # widens the window two first writers could share
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            time.sleep(0.05)
+            super().__init__(*args, **kwargs)
+
+        def start(self) -> None:
+            started.append(self)
+            super().start()
+
+    gate = threading.Barrier(4)
+
+    def first_write(i: int) -> None:
+        gate.wait()
+        service.create_memory(store, f"/t{i}.md", f"thread {i}")
+
+    writers = [threading.Thread(target=first_write, args=(i,)) for i in range(4)]
+    monkeypatch.setattr(trail.threading, "Thread", SlowToStart)
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert len(started) == 1
 
 
 def test_a_mount_upkeep_catches_up_once_writes_pause(

@@ -38,6 +38,7 @@ class SearchTrail:
         self.caught_up = time.monotonic()  # when the last catch-up began
         self.wrote_at = 0.0  # when this service last wrote
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
 
@@ -78,10 +79,13 @@ class SearchTrail:
         if self.db.deferred:
             return
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._trail, name="mnemofs-search-index", daemon=True
-            )
-            self._thread.start()
+            with self._starting:  # the HTTP server writes from several threads
+                if self._thread is None:
+                    thread = threading.Thread(
+                        target=self._trail, name="mnemofs-search-index", daemon=True
+                    )
+                    thread.start()
+                    self._thread = thread
         self._wake.set()
 
     def stop(self) -> None:
