@@ -354,7 +354,8 @@ def test_directories(service: MemoryService, store_id: str) -> None:
 def test_archived_store_refuses_every_change(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/a.md", "one")
     service.update_memory(store_id, mem.id, content="two")
-    service.list_versions(store_id).data[-1]
+    tmp = service.create_memory(store_id, "/a.md.tmp", "new")
+    service.make_directory(store_id, "/dir")
     archived = service.archive_store(store_id)
     assert archived.archived_at is not None
     before = snapshot(service, store_id)
@@ -366,6 +367,9 @@ def test_archived_store_refuses_every_change(service: MemoryService, store_id: s
         lambda: service.prune_versions(store_id, older_than_days=0, keep_last=1),
         lambda: service.update_store(store_id, name="renamed"),
         lambda: service.make_directory(store_id, "/d"),
+        lambda: service.remove_directory(store_id, "/dir"),
+        lambda: service.move_directory(store_id, "/dir", "/moved"),
+        lambda: service.rename_over(store_id, tmp.id, mem.id),
     ]
     for change in changes:
         with pytest.raises(errors.StoreArchived, match="archived"):
@@ -373,6 +377,27 @@ def test_archived_store_refuses_every_change(service: MemoryService, store_id: s
     assert snapshot(service, store_id) == before
     assert service.get_memory(store_id, mem.id).content == "two"
     assert service.archive_store(store_id).archived_at == archived.archived_at
+
+
+def test_a_missing_store_refuses_every_change(service: MemoryService, store_id: str) -> None:
+    """Changes that lock the store without reading its rules still say which store is gone."""
+    mem = service.create_memory(store_id, "/a.md", "one")
+    tmp = service.create_memory(store_id, "/a.md.tmp", "new")
+    gone = "memstore_01JAAAAAAAAAAAAAAAAAAAAAAA"
+    changes = [
+        lambda: service.update_memory(gone, mem.id, path="/c.md"),
+        lambda: service.delete_memory(gone, mem.id),
+        lambda: service.delete_memory(gone, mem.id, archived_ok=True),
+        lambda: service.make_directory(gone, "/d"),
+        lambda: service.remove_directory(gone, "/d"),
+        lambda: service.move_directory(gone, "/d", "/e"),
+        lambda: service.rename_over(gone, tmp.id, mem.id),
+    ]
+    for change in changes:
+        with pytest.raises(errors.NotFound, match=gone):
+            change()
+    assert service.get_memory(store_id, mem.id).path == "/a.md"
+    assert service.get_store(store_id).memory_count == 2
 
 
 def test_archived_store_still_redacts_and_deletes_through_the_api(

@@ -190,6 +190,24 @@ class ServiceBase:
         sent = tx.ahead(sql, params)
         return lambda: self._counted(tx, store_id, count_delta, room_for, sent())
 
+    def _lock_only(
+        self, tx: Tx, store_id: str, count_delta: int = 0, *, archived_ok: bool = False
+    ) -> Callable[[], StoreLock | None]:
+        """``_lock_and_count`` for a change that needs none of the store's rules (a delete, a
+        rename, a directory's move or removal). On SQLite the UPDATE returns no row: a row
+        count says it matched, ~10 µs less on a delete (decisions.md, issue 17)."""
+        if tx.dialect == "postgresql":  # the RETURNING carries the NOTIFY
+            return self._lock_and_count(tx, store_id, count_delta, archived_ok=archived_ok)
+        sql = (
+            "UPDATE memory_stores SET memory_count = memory_count + :delta, "
+            "revision = revision + 1 WHERE id = :id"
+        )
+        if not archived_ok:
+            sql += " AND archived_at IS NULL"
+        if not tx.count(sql, {"delta": count_delta, "id": store_id}):
+            self._lock_store(tx, store_id)  # NotFound or StoreArchived
+        return lambda: None
+
     def _counted(
         self, tx: Tx, store_id: str, count_delta: int, room_for: str | None, answer: list[Any]
     ) -> StoreLock:

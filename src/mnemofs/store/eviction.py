@@ -52,7 +52,7 @@ def pool_room(
         service._remove_memory(
             tx, victim.store_id, victim, EVICT_ACTOR, utc_now(), keep_directory=False
         )
-        service._change_store(tx, victim.store_id, -1)
+        service._lock_only(tx, victim.store_id, -1)()
         total -= 1
 
 

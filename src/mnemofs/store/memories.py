@@ -137,7 +137,9 @@ class MemoriesMixin(ServiceBase):
         def run(tx: Tx) -> Memory:
             # The row and the new path's check are asked for behind the lock (one round trip
             # on PostgreSQL); the check counts only if the path changes.
-            lock = self._lock_and_count(tx, store_id)
+            # A rename needs none of the store's rules (``_lock_only``).
+            locking = self._lock_and_count if new is not None else self._lock_only
+            lock = locking(tx, store_id)
             found = self._memory_ahead(tx, store_id, memory_id, content=True)
             check = None if path is None else self._path_check(tx, store_id, path, ignore=memory_id)
             policy, row = lock(), found()
@@ -148,6 +150,7 @@ class MemoriesMixin(ServiceBase):
                 )
             new_path = row.path if path is None else path
             if new is not None and new.sha256 != row.content_sha256:
+                assert policy is not None  # locked with its rules
                 _screen(policy, store_id, new_path, new.text, row.content)
             if check is not None and new_path != row.path:
                 check()
@@ -217,7 +220,7 @@ class MemoriesMixin(ServiceBase):
 
         def run(tx: Tx) -> MemoryVersion:
             # The row is asked for behind the lock (one round trip on PostgreSQL).
-            lock = self._lock_and_count(tx, store_id, -1, archived_ok=archived_ok)
+            lock = self._lock_only(tx, store_id, -1, archived_ok=archived_ok)
             found = self._memory_ahead(tx, store_id, memory_id)
             lock()
             row = found()
@@ -414,7 +417,7 @@ class MemoriesMixin(ServiceBase):
                 return self._write(guarded)
 
         def run(tx: Tx) -> MemoryPrefix:
-            lock, check = self._lock_and_count(tx, store_id), self._path_check(tx, store_id, path)
+            lock, check = self._lock_only(tx, store_id), self._path_check(tx, store_id, path)
             lock()  # the check went out behind the lock: one round trip on PostgreSQL
             check()
             return insert(tx)
@@ -441,7 +444,7 @@ class MemoriesMixin(ServiceBase):
         def run(tx: Tx) -> None:
             # All four go out together (one round trip on PostgreSQL, then the commit); the
             # delete is undone with the transaction if the directory turns out not empty.
-            lock = self._lock_and_count(tx, store_id)
+            lock = self._lock_only(tx, store_id)
             inside = (
                 tx.ahead(_FIRST_MEMORY_INSIDE, params),
                 tx.ahead(_FIRST_DIRECTORY_INSIDE, params),

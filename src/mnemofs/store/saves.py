@@ -217,7 +217,7 @@ class SavesMixin(ServiceBase):
             # Both rows, and the source's last versions for a fold, are asked for behind the
             # lock (one round trip on PostgreSQL). A temporary file of one save has a version
             # or two; looking at no more than that keeps this cheap for a file with thousands.
-            lock = self._lock_and_count(tx, store_id, -1)
+            lock = self._lock_only(tx, store_id, -1)
             source_of = self._memory_ahead(tx, store_id, source_id, content=True)
             target_of = self._memory_ahead(tx, store_id, target_id)
             last = fold and tx.ahead(
@@ -269,7 +269,7 @@ class SavesMixin(ServiceBase):
 
         def run(tx: Tx) -> int:
             moved.clear()  # a transaction tried again starts over
-            self._change_store(tx, store_id)
+            self._lock_only(tx, store_id)()
             moving = tx.all(
                 f"SELECT {_MEMORY_COLS}, content FROM memories WHERE store_id = :store "
                 "AND path >= :lo AND path < :hi ORDER BY path",

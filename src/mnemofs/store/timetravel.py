@@ -90,7 +90,7 @@ class TimeTravelMixin(ServiceBase):
             if dry_run or not steps:
                 return steps
             self._apply(tx, store_id, steps, then, now, actor)
-            self._change_store(tx, store_id)  # the revision moves: mounts look again
+            self._lock_only(tx, store_id)()  # the revision moves: mounts look again
             tx.run(
                 "UPDATE memory_stores SET memory_count = :n WHERE id = :id",
                 {"n": len(then), "id": store_id},
