@@ -1,6 +1,7 @@
 """Small-file workload on mnemofs mounts, side by side with bindfs and rclone mounts.
 
     scripts/bench [--files 2000] [--repeat 3] [--store-size 10000] [--pg [URL]] [--remote]
+                  [--against REV]
 
 One sequential client runs the same phases, round after round, on each target in turn phase by
 phase (so the targets compared in a ratio ran seconds apart and the machine's noise hits them
@@ -17,13 +18,17 @@ alike; the order rotates each round), on:
 - with ``--pg``: mnemofs-pg, the same mount on PostgreSQL (``--pg URL``, else
   $MNEMOFS_TEST_PG_URL; scripts/bench starts a throwaway cluster when neither is given);
 - with ``--remote``: a mount holding only a session token, through ``mnemofs serve`` on loopback,
-  and how long a save through one remote mount takes to show in another.
+  and how long a save through one remote mount takes to show in another;
+- with ``--against REV``: baseline, the same mount as mnemofs run from the code of git revision
+  REV (its ``src/``, exported into the work folder): a change measured against what it
+  changes, side by side in one run (mnemofs/baseline).
 
 Everything (sources, caches, databases) lives in a folder on tmpfs (``--dir``, default
 /dev/shm). Phases: mkdir, create+write+close of 4 KiB files in 20 directories, stat, list,
 read, overwrite 2 KiB, append a line, ``sed -i``, temp file + ``os.replace``, ``sh -c 'echo >>
 f'``, rename, delete, rmdir. Prints ops/s (median of --repeat rounds), the ratios mnemofs/bindfs
-and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs when measured), then per
+and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseline when
+measured), then per
 mnemofs mount the largest SQLite ``-wal`` seen during the rounds, resident memory after them,
 and CPU used while idle.
 """
@@ -248,14 +253,18 @@ class Bench:
         wait_mounted(mnt)
         return Target("rclone", mnt)
 
-    def mnemofs(self, name: str, db: str, prefill: int = 0, room: int = 0) -> tuple[Target, float]:
+    def mnemofs(
+        self, name: str, db: str, prefill: int = 0, room: int = 0, *, code: Path | None = None
+    ) -> tuple[Target, float]:
         """A mount of store "Bench" in database ``db`` (a path or a URL), with ``prefill``
-        memories already stored (see ``fill``); also how long the mount took to be ready."""
+        memories already stored (see ``fill``); also how long the mount took to be ready.
+        ``code``: a folder holding another ``mnemofs`` package to run instead of this one."""
         import json
 
         cli = [sys.executable, "-m", "mnemofs", "--db", db]
+        env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
         made = subprocess.run(
-            [*cli, "--json", "stores", "create", "Bench"], check=True, capture_output=True
+            [*cli, "--json", "stores", "create", "Bench"], check=True, capture_output=True, env=env
         )
         # By id: a server database keeps the "Bench" stores of earlier runs.
         bench_id = json.loads(made.stdout)["id"]
@@ -264,11 +273,23 @@ class Bench:
         argv = [*cli, "mount", "--root", str(root), "--foreground"]
         for store in attach:
             argv += ["--attach", store]
-        proc = self.start(argv, root)
+        proc = self.start(argv, root, env=env)
         ready = wait_mounted(root)
         os.listdir(root / "bench")
         path = Path(db) if "://" not in db else None
         return Target(name, root / "bench", pid=proc.pid, db=path), ready
+
+    def code_of(self, rev: str) -> Path:
+        """The ``src/`` of git revision ``rev`` of this checkout, exported into the work
+        folder (``git archive``: no worktree to clean up)."""
+        repo = Path(__file__).resolve().parent.parent
+        dest = self.work / "baseline-code"
+        dest.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", rev, "src/mnemofs"], check=True, capture_output=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        return dest / "src"
 
     def remote(self) -> tuple[Target, Path]:
         """A server on its own database and two remote mounts of one store (two sessions, each
@@ -399,17 +420,23 @@ def report(targets: list[Target], repeat: int, files: int) -> None:
     med = {t.name: {k: statistics.median(r[k] for r in t.runs) for k in t.runs[0]} for t in targets}
     ratios = [("mnemofs", "bindfs"), ("mnemofs", "rclone")]
     ratios += [(n, "mnemofs") for n in ("mnemofs-full", "mnemofs-pg", "remote") if n in med]
+    ratios += [("mnemofs", "baseline")]
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
     print(f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds")
     cols = [t.name for t in targets]
+    labels = [(a.removeprefix("mnemofs-") + "/" + b,) for a, b in ratios]
+    labels = [(label, max(16, len(label) + 2)) for (label,) in labels]
     print(
         f"{'phase':<20}"
         + "".join(f"{n:>13}" for n in cols)
-        + "".join(f"{a.removeprefix('mnemofs-') + '/' + b:>16}" for a, b in ratios)
+        + "".join(f"{label:>{width}}" for label, width in labels)
     )
     for phase in med[cols[0]]:
         row = f"{phase:<20}" + "".join(f"{med[n][phase]:>13,.0f}" for n in cols)
-        row += "".join(f"{med[a][phase] / med[b][phase]:>16.2f}" for a, b in ratios)
+        row += "".join(
+            f"{med[a][phase] / med[b][phase]:>{width}.2f}"
+            for (a, b), (_, width) in zip(ratios, labels, strict=True)
+        )
         print(row)
 
 
@@ -420,6 +447,7 @@ def main() -> None:
     parser.add_argument("--store-size", type=int, default=0, metavar="N")
     parser.add_argument("--pg", nargs="?", const="", default=None, metavar="URL")
     parser.add_argument("--remote", action="store_true")
+    parser.add_argument("--against", metavar="REV", help="also mount git revision REV's code")
     parser.add_argument("--only", default="", help="comma-separated targets (default: all)")
     parser.add_argument("--dir", default="/dev/shm", help="where the work folder is made")
     args = parser.parse_args()
@@ -437,6 +465,9 @@ def main() -> None:
             targets.append(bench.rclone())
         if want("mnemofs"):
             targets.append(bench.mnemofs("mnemofs", str(work / "db.sqlite"))[0])
+        if args.against and want("baseline"):
+            code = bench.code_of(args.against)
+            targets.append(bench.mnemofs("baseline", str(work / "baseline.sqlite"), code=code)[0])
         if args.store_size and want("mnemofs-full"):
             start = time.monotonic()
             full, ready = bench.mnemofs(
@@ -485,7 +516,7 @@ def main() -> None:
         stop.set()
         bench.close()
         shutil.rmtree(work, ignore_errors=True)
-    if any(t.errors for t in targets if t.name.startswith(("mnemofs", "remote"))):
+    if any(t.errors for t in targets if t.name.startswith(("mnemofs", "remote", "baseline"))):
         raise SystemExit("mnemofs failed calls: see above")
 
 
