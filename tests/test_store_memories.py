@@ -301,6 +301,21 @@ def test_update_refusals_change_nothing(service: MemoryService, store_id: str) -
     assert snapshot(service, store_id) == before
 
 
+def test_a_delete_reaches_only_its_own_store(service: MemoryService, store_id: str) -> None:
+    """A memory id named with another store is not found there, and nothing changes."""
+    mem = service.create_memory(store_id, "/a.md", "mine")
+    other = service.create_store("Other").id
+    service.create_memory(other, "/b.md", "theirs")
+    before = snapshot(service, store_id), snapshot(service, other)
+    with pytest.raises(errors.NotFound, match=f"memory {mem.id!r} not found in store {other!r}"):
+        service.delete_memory(other, mem.id)
+    with pytest.raises(errors.NotFound, match="memory store 'memstore_nope' not found"):
+        service.delete_memory("memstore_nope", mem.id)
+    assert (snapshot(service, store_id), snapshot(service, other)) == before
+    assert service.get_store(other).memory_count == 1
+    assert service.get_memory(store_id, mem.id).content == "mine"
+
+
 def test_delete_keeps_versions(service: MemoryService, store_id: str) -> None:
     mem = service.create_memory(store_id, "/dir/a.md", "secret")
     service.update_memory(store_id, mem.id, content="secret 2")

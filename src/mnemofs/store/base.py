@@ -354,8 +354,15 @@ class ServiceBase:
     def _remove_memory(
         self, tx: Tx, store_id: str, row: Any, actor: str | None, now: str, *, keep_directory: bool
     ) -> VersionId:
-        """Close a memory with a 'deleted' version and remove its row (the store is locked and
+        """Remove a memory's row and close it with a 'deleted' version (the store is locked and
         already counted); ``keep_directory`` keeps a directory the removal empties."""
+        tx.run("DELETE FROM memories WHERE id = :id", {"id": row.id})
+        return self._close_memory(tx, store_id, row, actor, now, keep_directory=keep_directory)
+
+    def _close_memory(
+        self, tx: Tx, store_id: str, row: Any, actor: str | None, now: str, *, keep_directory: bool
+    ) -> VersionId:
+        """The 'deleted' version of a memory whose row is gone (``row``: its id and path)."""
         version_id = self._write_version(
             tx,
             store_id=store_id,
@@ -368,7 +375,6 @@ class ServiceBase:
             now=now,
             actor=actor,
         )
-        tx.run("DELETE FROM memories WHERE id = :id", {"id": row.id})
         if keep_directory:
             self._keep_directory(tx, store_id, row.path, now)
         return version_id

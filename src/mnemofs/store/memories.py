@@ -41,6 +41,7 @@ from mnemofs.store.rows import (
     _STORE_AS_SEEN,
     _STORE_COUNTED,
     _STORE_LIVE,
+    BY_ID_IN_STORE,
     _as_saved,
     _Assumed,
     _decode_cursor,
@@ -219,12 +220,24 @@ class MemoriesMixin(ServiceBase):
                     return self._delete_as_saved(store_id, last, live, actor, keep_directory)
 
         def run(tx: Tx) -> MemoryVersion:
-            # The row is asked for behind the lock (one round trip on PostgreSQL).
+            # The row is asked for behind the lock (one round trip on PostgreSQL). Without a
+            # precondition it is deleted right there: the DELETE returns what the version
+            # needs (~10% of a SQLite delete, decisions.md); a failed lock rolls it back.
             lock = self._lock_only(tx, store_id, -1, archived_ok=archived_ok)
+            if wanted is None:
+                gone = tx.ahead(
+                    f"DELETE FROM memories WHERE {BY_ID_IN_STORE} RETURNING id, path",
+                    {"id": memory_id, "store": store_id},
+                )
+                lock()
+                if rows := gone():
+                    return self._delete_row(tx, store_id, rows[0], actor, keep_directory, gone=True)
+                self._store_row(tx, store_id)  # NotFound for the store, else for the memory
+                raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
             found = self._memory_ahead(tx, store_id, memory_id)
             lock()
             row = found()
-            if wanted is not None and row.content_sha256 != wanted:
+            if row.content_sha256 != wanted:
                 raise PreconditionFailed(
                     f"memory {memory_id} at {row.path!r} has content_sha256 "
                     f"{row.content_sha256}, not {wanted}: not deleted"
@@ -254,14 +267,20 @@ class MemoriesMixin(ServiceBase):
         return self._write(run)
 
     def _delete_row(
-        self, tx: Tx, store_id: str, row: Any, actor: str | None, keep_directory: bool
+        self,
+        tx: Tx,
+        store_id: str,
+        row: Any,
+        actor: str | None,
+        keep_directory: bool,
+        *,
+        gone: bool = False,
     ) -> MemoryVersion:
-        """Remove the memory ``row`` (its store locked and counted) and return its 'deleted'
-        version as the API does."""
+        """Remove the memory ``row`` (its store locked and counted; ``gone``: removed already)
+        and return its 'deleted' version as the API does."""
         now = utc_now()
-        version_id = self._remove_memory(
-            tx, store_id, row, actor, now, keep_directory=keep_directory
-        )
+        close = self._close_memory if gone else self._remove_memory
+        version_id = close(tx, store_id, row, actor, now, keep_directory=keep_directory)
         return MemoryVersion(
             id=version_id,
             memory_store_id=StoreId(store_id),
