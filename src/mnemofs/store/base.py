@@ -194,8 +194,10 @@ class ServiceBase:
         self, tx: Tx, store_id: str, count_delta: int = 0, *, archived_ok: bool = False
     ) -> Callable[[], StoreLock | None]:
         """``_lock_and_count`` for a change that needs none of the store's rules (a delete, a
-        rename, a directory's move or removal). On SQLite the UPDATE returns no row: a row
-        count says it matched, ~10 µs less on a delete (decisions.md, issue 17)."""
+        rename, a directory made, moved or removed, a restore, an eviction's victim). On
+        SQLite the UPDATE returns no row: a row count says it matched, ~10 µs less on a delete
+        (decisions.md, issue 17). Call the result, as ``_lock_and_count``'s, before relying
+        on the lock: on PostgreSQL that is where a missing or archived store is refused."""
         if tx.dialect == "postgresql":  # the RETURNING carries the NOTIFY
             return self._lock_and_count(tx, store_id, count_delta, archived_ok=archived_ok)
         sql = (
