@@ -424,8 +424,8 @@ def report(targets: list[Target], repeat: int, files: int) -> None:
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
     print(f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds")
     cols = [t.name for t in targets]
-    labels = [(a.removeprefix("mnemofs-") + "/" + b,) for a, b in ratios]
-    labels = [(label, max(16, len(label) + 2)) for (label,) in labels]
+    names = [a.removeprefix("mnemofs-") + "/" + b for a, b in ratios]
+    labels = [(name, max(16, len(name) + 2)) for name in names]  # (label, column width)
     print(
         f"{'phase':<20}"
         + "".join(f"{n:>13}" for n in cols)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from mnemofs import limits
 from mnemofs.content import Content
@@ -291,10 +291,15 @@ class ServiceBase:
         def row() -> Any:
             if found := sent():
                 return found[0]
-            self._store_row(tx, store_id)
-            raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
+            self._no_memory(tx, store_id, memory_id)
 
         return row
+
+    def _no_memory(self, tx: Tx, store_id: str, memory_id: str) -> NoReturn:
+        """NotFound for a memory a query did not find: the store's, if it is the store that is
+        missing (a memory named with another store is not found in this one)."""
+        self._store_row(tx, store_id)
+        raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
 
     def _path_check(
         self,

@@ -232,8 +232,7 @@ class MemoriesMixin(ServiceBase):
                 lock()
                 if rows := gone():
                     return self._delete_row(tx, store_id, rows[0], actor, keep_directory, gone=True)
-                self._store_row(tx, store_id)  # NotFound for the store, else for the memory
-                raise NotFound(f"memory {memory_id!r} not found in store {store_id!r}")
+                self._no_memory(tx, store_id, memory_id)
             found = self._memory_ahead(tx, store_id, memory_id)
             lock()
             row = found()
