@@ -25,7 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from sqlalchemy import insert, text  # noqa: E402
 
 from mnemofs.store import MemoryService, make_engine, sha256_hex  # noqa: E402
-from mnemofs.store.schema import memories, memory_stores, memory_versions, metadata  # noqa: E402
+from mnemofs.store.schema import (  # noqa: E402
+    contents,
+    memories,
+    memory_stores,
+    memory_versions,
+    metadata,
+)
 from mnemofs.store.service import utc_now  # noqa: E402
 
 DIRS = 20
@@ -49,7 +55,6 @@ def seed(service: MemoryService, count: int) -> tuple[str, list[str]]:
                     "memory_id": mid,
                     "operation": "created" if v == 0 else "modified",
                     "path": path,
-                    "content": CONTENT,
                     "content_sha256": sha256_hex(CONTENT),
                     "size_bytes": 2048,
                     "created_at": now,
@@ -62,7 +67,6 @@ def seed(service: MemoryService, count: int) -> tuple[str, list[str]]:
                 "id": mid,
                 "store_id": store,
                 "path": path,
-                "content": CONTENT,
                 "content_sha256": sha256_hex(CONTENT),
                 "size_bytes": 2048,
                 "created_at": now,
@@ -71,6 +75,9 @@ def seed(service: MemoryService, count: int) -> tuple[str, list[str]]:
             }
         )
     with service.engine.sqlalchemy().begin() as conn:
+        conn.execute(  # every version and memory holds the one text (kept once, 0014)
+            insert(contents), {"store_id": store, "sha256": sha256_hex(CONTENT), "content": CONTENT}
+        )
         for start in range(0, len(vers), 5000):
             conn.execute(insert(memory_versions), vers[start : start + 5000])
         for start in range(0, len(mems), 5000):

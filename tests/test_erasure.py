@@ -83,7 +83,7 @@ def pg_relation_files(engine: Engine) -> list[Path]:
         data_dir = conn.execute("SHOW data_directory").fetchone()[0]
         paths = [
             conn.execute("SELECT pg_relation_filepath(%s)", (name,)).fetchone()[0]
-            for name in ("memories", "memory_versions", "ix_memories_search_vector")
+            for name in ("contents", "memories", "memory_versions", "ix_memories_search_vector")
         ]
     finally:
         conn.rollback()

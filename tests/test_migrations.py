@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -207,3 +208,159 @@ def test_0013_postgres_vectors_are_made_and_then_trail(tmp_path: Path) -> None:
     finally:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
+
+
+def _a_history_at_0013(engine: Engine) -> dict[str, str]:
+    """Two stores as 0013 keeps them: a memory made, changed, renamed and changed back; a
+    version redacted; a memory deleted; the same text in both stores. Returns the texts."""
+    import hashlib
+
+    made = {"a1": "an old heron\n", "a2": "a new ibis\n", "b1": "a lone crane\n"}
+    sha = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in made.items()}
+    store = (
+        "INSERT INTO memory_stores (id, name, description, created_at, updated_at, "
+        "memory_count, revision, kind, owner, on_full, secrets, metadata) VALUES "
+        "(:id, :id, '', 't', 't', :n, 0, 'memory', '', 'refuse', 'refuse', '{}')"
+    )
+    version = (
+        "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, "
+        "content_sha256, size_bytes, created_at, actor) VALUES (:id, :store, :memory, :op, "
+        ":path, :content, :sha, :size, :at, 'cli')"
+    )
+    memory = (
+        "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
+        "created_at, updated_at, head_version_id) VALUES (:id, :store, :path, :content, :sha, "
+        ":size, 't', 't', :head)"
+    )
+
+    def v(vid: str, store: str, mem: str, op: str, path: str, key: str | None, at: str) -> dict:
+        text_ = None if key is None else made[key]
+        return {
+            "id": vid, "store": store, "memory": mem, "op": op, "path": path, "content": text_,
+            "sha": None if key is None else sha[key], "size": 0 if text_ is None else len(text_),
+            "at": at,
+        }  # fmt: skip
+
+    with engine.sqlalchemy().begin() as conn:
+        conn.execute(text(store), [{"id": "memstore_a", "n": 1}, {"id": "memstore_b", "n": 1}])
+        rows = [
+            v("memver_1", "memstore_a", "mem_a", "created", "/a.md", "a1", "t1"),
+            v("memver_2", "memstore_a", "mem_a", "modified", "/a.md", "a2", "t2"),
+            v("memver_3", "memstore_a", "mem_a", "renamed", "/b.md", "a2", "t3"),
+            v("memver_4", "memstore_a", "mem_a", "modified", "/b.md", "a1", "t4"),
+            v("memver_5", "memstore_a", "mem_x", "created", "/x.md", "b1", "t5"),
+            v("memver_6", "memstore_a", "mem_x", "modified", "/x.md", "a2", "t6"),
+            v("memver_7", "memstore_a", "mem_x", "deleted", "/x.md", None, "t7"),
+            v("memver_8", "memstore_b", "mem_b", "created", "/a.md", "a1", "t8"),
+        ]
+        conn.execute(text(version), rows)
+        conn.execute(  # memver_5 was redacted: no text, no hash
+            text(
+                "UPDATE memory_versions SET content = NULL, content_sha256 = NULL, "
+                "redacted_at = 't9', redacted_by = 'cli' WHERE id = 'memver_5'"
+            )
+        )
+        heads = [
+            {
+                "id": "mem_a",
+                "store": "memstore_a",
+                "path": "/b.md",
+                "key": "a1",
+                "head": "memver_4",
+            },
+            {
+                "id": "mem_b",
+                "store": "memstore_b",
+                "path": "/a.md",
+                "key": "a1",
+                "head": "memver_8",
+            },
+        ]
+        conn.execute(
+            text(memory),
+            [
+                {**h, "content": made[h["key"]], "sha": sha[h["key"]], "size": len(made[h["key"]])}
+                for h in heads
+            ],
+        )
+    return made
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_0014_keeps_every_text_once_and_downgrades(tmp_path: Path, backend: str) -> None:
+    """Every memory and version reads the same text after 0014, each text is kept once per
+    store, search still finds what it found, ``db check`` is clean; the downgrade puts the
+    texts back in their columns."""
+    from alembic import command
+
+    if backend == "sqlite":
+        url, drop = f"sqlite:///{tmp_path / 'db.sqlite'}", None
+    else:
+        url, drop = _own_pg_database("contents")
+    try:
+        engine = make_engine(url, check_schema=False)
+        upgrade(engine, "0013")
+        made = _a_history_at_0013(engine)
+        upgrade(engine)
+        service = MemoryService(engine)
+        a = "memstore_a"
+        assert service.get_memory(a, "mem_a").content == made["a1"]
+        expected = {
+            "memver_1": made["a1"], "memver_2": made["a2"], "memver_3": made["a2"],
+            "memver_4": made["a1"], "memver_5": None, "memver_6": made["a2"], "memver_7": None,
+        }  # fmt: skip
+        assert {v: service.get_version(a, v).content for v in expected} == expected
+        assert service.get_version("memstore_b", "memver_8").content == made["a1"]
+        with engine.sqlalchemy().connect() as conn:
+            kept = conn.execute(text("SELECT store_id, content FROM contents")).all()
+        assert sorted(kept) == sorted(
+            [("memstore_a", made["a1"]), ("memstore_a", made["a2"]), ("memstore_b", made["a1"])]
+        )  # the redacted crane is nowhere
+        assert [h.path for h in service.search(a, "heron")] == ["/b.md"]
+        assert service.search(a, "ibis") == []
+        service.update_memory(a, "mem_a", content="now an egret\n")
+        assert service.search(a, "heron") == []
+        assert [h.path for h in service.search(a, "egret")] == ["/b.md"]
+        assert service.check().problems == []
+        service.close()
+        config = Config()
+        config.set_main_option(
+            "script_location", str(Path(engine_module.__file__).parent / "migrations")
+        )
+        with engine.sqlalchemy().connect() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0013")
+            conn.commit()
+            back = conn.execute(text("SELECT id, content FROM memory_versions ORDER BY seq")).all()
+            assert dict(back) == {**expected, "memver_8": made["a1"], back[-1][0]: "now an egret\n"}
+            assert conn.execute(
+                text("SELECT content FROM memories ORDER BY id")
+            ).scalars().all() == [
+                "now an egret\n",
+                made["a1"],
+            ]
+        engine.dispose()
+    finally:
+        if drop is not None:
+            drop()
+
+
+def _own_pg_database(what: str) -> tuple[str, Any]:
+    """A database of its own on the test server, and the function that drops it."""
+    import psycopg
+
+    from .conftest import pg_url
+
+    url = pg_url()
+    name = f"mnemofs_{what}_{os.getpid()}"
+    admin = psycopg.connect(engine_module._libpq_uri(url), autocommit=True)
+    admin.execute(f"DROP DATABASE IF EXISTS {name}")
+    admin.execute(f"CREATE DATABASE {name}")
+
+    def drop() -> None:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+    return urlsplit(url)._replace(path=f"/{name}").geturl(), drop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -124,6 +125,10 @@ def test_prune_is_configurable(service: MemoryService, store_id: str) -> None:
             service.prune_versions(store_id, **bad)  # type: ignore[arg-type]
 
 
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def test_check_finds_what_is_wrong(
     service: MemoryService, store_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,9 +145,9 @@ def test_check_finds_what_is_wrong(
     assert (report.stores, report.memories, report.versions) == (1, 2, 6)
 
     def corrupt(tx: Any) -> None:
-        tx.run(
-            "UPDATE memories SET content = 'changed behind our back' WHERE id = :id", {"id": a.id}
-        )
+        text_of = "UPDATE contents SET content = 'changed behind our back' WHERE sha256 = :sha"
+        tx.run(text_of, {"sha": sha256("alpha 2")})  # the memory's and its head version's
+        tx.run("DELETE FROM contents WHERE sha256 = :sha", {"sha": sha256("beta")})
         tx.run("UPDATE memory_stores SET memory_count = 7 WHERE id = :id", {"id": store_id})
         tx.run(
             "DELETE FROM memory_versions WHERE memory_id = :id AND operation = 'deleted'",
@@ -151,10 +156,13 @@ def test_check_finds_what_is_wrong(
 
     service.db.run(corrupt, write=True)
     problems = service.check(store_id).problems
-    assert len(problems) == 4, problems
+    assert len(problems) == 7, problems
     assert "memory_count is 7 but it holds 2 memories" in problems[0]
     assert "'/d/b.md': its newest version is 'created', not a deletion" in problems[1]
     assert f"memory {a.id} at '/a.md': content does not match its SHA-256" in problems[2]
     assert "size_bytes is 7 but the content has 23 bytes" in problems[3]
+    assert "(modified '/a.md'): content does not match its SHA-256" in problems[4]
+    assert "(modified '/a.md'): size_bytes is 7" in problems[5]
+    assert f"(created '/d/b.md'): its content ({sha256('beta')}) is not stored" in problems[6]
     with pytest.raises(errors.NotFound):
         service.check("memstore_nope")

@@ -14,6 +14,7 @@ import pytest
 from mnemofs import archive, limits
 from mnemofs.errors import Conflict, InvalidRequest, LimitExceeded
 from mnemofs.store import MemoryService, make_engine
+from mnemofs.store.texts import _content_of
 
 from .conftest import _fresh_pg_engine
 
@@ -53,14 +54,15 @@ def state(service: MemoryService, store_id: str, *, ids: bool) -> dict[str, Any]
             {"s": store_id},
         )
         versions = tx.all(
-            "SELECT id, memory_id, operation, path, content, content_sha256, size_bytes, "
-            "created_at, actor, redacted_at, redacted_by, folded_id FROM memory_versions "
-            "WHERE store_id = :s ORDER BY seq",
+            f"SELECT id, memory_id, operation, path, {_content_of('memory_versions')}, "
+            "content_sha256, size_bytes, created_at, actor, redacted_at, redacted_by, folded_id "
+            "FROM memory_versions WHERE store_id = :s ORDER BY seq",
             {"s": store_id},
         )
         memories = tx.all(
-            "SELECT id, path, content, content_sha256, size_bytes, created_at, updated_at, "
-            "accessed_at, head_version_id FROM memories WHERE store_id = :s ORDER BY path",
+            f"SELECT id, path, {_content_of('memories')}, content_sha256, size_bytes, "
+            "created_at, updated_at, accessed_at, head_version_id FROM memories "
+            "WHERE store_id = :s ORDER BY path",
             {"s": store_id},
         )
         dirs = tx.all(

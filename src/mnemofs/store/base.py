@@ -56,6 +56,7 @@ from mnemofs.store.rows import (
     utc_now,
 )
 from mnemofs.store.sql import Database
+from mnemofs.store.texts import _MEMORY_CONTENT, _VERSION_CONTENT, _put_content
 from mnemofs.store.trail import SearchTrail
 from mnemofs.store.tx import Tx
 
@@ -282,7 +283,7 @@ class ServiceBase:
         self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False
     ) -> Callable[[], Any]:
         """Send for a memory's row (``Tx.ahead``); the function returned reads it, or NotFound."""
-        cols = _MEMORY_COLS + (", content" if content else "")
+        cols = _MEMORY_COLS + (f", {_MEMORY_CONTENT}" if content else "")
         sent = tx.ahead(
             f"SELECT {cols} FROM memories WHERE {BY_ID_IN_STORE}",
             {"id": memory_id, "store": store_id},
@@ -329,26 +330,24 @@ class ServiceBase:
         memory_id: str,
         operation: StoredOperation,
         path: str,
-        content: str | None,
         sha: str | None,
         size: int,
         now: str,
         actor: str | None,
         folded_id: str | None = None,
     ) -> VersionId:
+        """A version row; its content (``sha``: None for none) is already in ``contents``."""
         version_id = VersionId(new_id(VERSION_PREFIX))
         tx.run(
-            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, "
+            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, "
             "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES "
-            "(:id, :store, :memory, :op, :path, :content, :sha, :size, :now, :actor, NULL, "
-            ":folded)",
+            "(:id, :store, :memory, :op, :path, :sha, :size, :now, :actor, NULL, :folded)",
             {
                 "id": version_id,
                 "store": store_id,
                 "memory": memory_id,
                 "op": operation,
                 "path": path,
-                "content": content,
                 "sha": sha,
                 "size": size,
                 "now": now,
@@ -376,7 +375,6 @@ class ServiceBase:
             memory_id=row.id,
             operation="deleted",
             path=row.path,
-            content=None,
             sha=None,
             size=0,
             now=now,
@@ -401,27 +399,26 @@ class ServiceBase:
         content, sha, size = new.text, new.sha256, new.size
         now = utc_now()
         memory_id = MemoryId(memory_id or new_id(MEMORY_PREFIX))
+        _put_content(tx, store_id, new)
         version_id = self._write_version(
             tx,
             store_id=store_id,
             memory_id=memory_id,
             operation="created",
             path=path,
-            content=content,
             sha=sha,
             size=size,
             now=now,
             actor=actor,
         )
         tx.run(
-            "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
+            "INSERT INTO memories (id, store_id, path, content_sha256, size_bytes, "
             "created_at, updated_at, head_version_id, accessed_at) VALUES (:id, :store, :path, "
-            ":content, :sha, :size, :now, :now, :version, :now)",
+            ":sha, :size, :now, :now, :version, :now)",
             {
                 "id": memory_id,
                 "store": store_id,
                 "path": path,
-                "content": content,
                 "sha": sha,
                 "size": size,
                 "now": now,
@@ -453,9 +450,9 @@ class ServiceBase:
         folded_id: str | None = None,
     ) -> Memory:
         """Write a memory's new path and/or content (``None``: the same) and its one version;
-        none if nothing changes. Content is compared by hash: ``row`` needs its ``content``
-        column only when ``new`` is None (a rename carries the content into its version).
-        """
+        none if nothing changes. Content is compared by hash, and kept once per hash: a rename
+        writes none. ``row`` needs its ``content`` column only when ``new`` is None (the memory
+        returned carries it)."""
         if new is None:
             new = Content.stored(row.content, row.content_sha256, row.size_bytes)
         if new_path == row.path and new.sha256 == row.content_sha256:
@@ -463,13 +460,14 @@ class ServiceBase:
         operation: StoredOperation = "renamed" if new_path != row.path else "modified"
         now = utc_now()
         new_content, sha, size = new.text, new.sha256, new.size
+        if sha != row.content_sha256:
+            _put_content(tx, store_id, new)
         version_id = self._write_version(
             tx,
             store_id=store_id,
             memory_id=row.id,
             operation=operation,
             path=new_path,
-            content=new_content,
             sha=sha,
             size=size,
             now=now,
@@ -480,8 +478,8 @@ class ServiceBase:
         if sha == row.content_sha256:  # a rename: the content stays where it is
             set_content = ""
         else:
-            set_content = "content = :content, content_sha256 = :sha, size_bytes = :size, "
-            changes |= {"content": new_content, "sha": sha, "size": size}
+            set_content = "content_sha256 = :sha, size_bytes = :size, "
+            changes |= {"sha": sha, "size": size}
         tx.run(
             f"UPDATE memories SET path = :path, {set_content}updated_at = :now, "
             "head_version_id = :version, accessed_at = :now WHERE id = :id",
@@ -523,7 +521,8 @@ class ServiceBase:
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(
-            f"SELECT {_VERSION_COLS}, content FROM memory_versions WHERE {BY_ID_IN_STORE}",
+            f"SELECT {_VERSION_COLS}, {_VERSION_CONTENT} FROM memory_versions "
+            f"WHERE {BY_ID_IN_STORE}",
             {"id": version_id, "store": store_id},
         )
         if row is None:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from mnemofs.store.texts import _content_of
 from mnemofs.store.tx import Tx
 
 _BATCH = 500
@@ -127,26 +128,28 @@ def check(tx: Tx, store_id: str | None = None) -> CheckReport:
         problems.append(f"store {row.store_id}: {row.path!r} is a directory and a memory")
 
     # Hashes and sizes, in batches by key (content can be large; never load a table at once).
+    # Each row's text is its store's ``contents`` row with its hash (0014): a text that does
+    # not hash to its key, or a hash with no text, shows here.
     also = "" if store_id is None else " AND store_id = :store"
-    for row in _batches(
-        tx, "id, path, content, content_sha256, size_bytes", "memories", "id", "", also, scope
-    ):
+    columns = f"id, path, content_sha256, size_bytes, {_content_of('memories')}"
+    for row in _batches(tx, columns, "memories", "id", "", also, scope):
         report.memories += 1
-        _check_content(
-            problems,
-            f"memory {row.id} at {row.path!r}",
-            row.content,
-            row.content_sha256,
-            row.size_bytes,
-        )
-    columns = "seq, id, path, operation, content, content_sha256, size_bytes, redacted_at"
+        what = f"memory {row.id} at {row.path!r}"
+        if row.content is None:
+            problems.append(f"{what}: its content ({row.content_sha256}) is not stored")
+            continue
+        _check_content(problems, what, row.content, row.content_sha256, row.size_bytes)
+    columns = (
+        "seq, id, path, operation, content_sha256, size_bytes, redacted_at, "
+        f"{_content_of('memory_versions')}"
+    )
     for row in _batches(tx, columns, "memory_versions", "seq", -1, also, scope):
         report.versions += 1
         what = f"version {row.id} ({row.operation} {row.path!r})"
         if row.content is None:
             if row.content_sha256 is not None:
-                problems.append(f"{what}: a hash but no content")
-            if row.operation != "deleted" and row.redacted_at is None:
+                problems.append(f"{what}: its content ({row.content_sha256}) is not stored")
+            elif row.operation != "deleted" and row.redacted_at is None:
                 problems.append(f"{what}: no content, yet neither deleted nor redacted")
             continue
         _check_content(problems, what, row.content, row.content_sha256, row.size_bytes)

@@ -35,6 +35,7 @@ PAGE = 500
 TABLES = (
     "capacity_pools",
     "memory_stores",
+    "contents",
     "directories",
     "memories",
     "memory_versions",

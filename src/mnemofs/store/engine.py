@@ -147,8 +147,8 @@ def _pg_defaults(url: str) -> dict[str, int]:
 def _configure_postgres(conn: Any) -> None:
     """Content this session writes is compressed with lz4 where the server has it (PostgreSQL
     14 and later, built with lz4), not pglz: a 4 KiB note of prose cost the server 56-76 µs to
-    insert with pglz and 18-26 µs with lz4, and a save writes its content twice (the memory and
-    its version). Values already stored keep the compression they have."""
+    insert with pglz and 18-26 µs with lz4, and a save of new content writes it (once, in
+    ``contents``). Values already stored keep the compression they have."""
     conn.execute(
         "SELECT set_config('default_toast_compression', 'lz4', false) FROM pg_settings "
         "WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"

@@ -22,6 +22,7 @@ from mnemofs.paths import validate_path
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import _MEMORY_COLS, _screen, utc_now
+from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import Tx
 
 Verdict = Literal["created", "modified", "unchanged", "skipped"]
@@ -83,7 +84,7 @@ class FoldersMixin(ServiceBase):
                     path = validate_path(item.path)
                     content = Content.from_bytes(item.data or b"")
                     row = tx.one(
-                        f"SELECT {_MEMORY_COLS}, content FROM memories "
+                        f"SELECT {_MEMORY_COLS}, {_MEMORY_CONTENT} FROM memories "
                         "WHERE store_id = :store AND path = :path",
                         {"store": store_id, "path": path},
                     )

@@ -14,12 +14,8 @@ from mnemofs.models import (
     Memory,
 )
 from mnemofs.store.base import ServiceBase
-from mnemofs.store.rows import (
-    _MEMORY_COLS,
-    JOURNAL_PATH,
-    _screen,
-    utc_now,
-)
+from mnemofs.store.rows import _MEMORY_COLS, JOURNAL_PATH, _screen, utc_now
+from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import Tx
 
 
@@ -49,7 +45,7 @@ class JournalMixin(ServiceBase):
                     "(create one with kind 'journal')"
                 )
             row = tx.one(
-                f"SELECT {_MEMORY_COLS}, content FROM memories "
+                f"SELECT {_MEMORY_COLS}, {_MEMORY_CONTENT} FROM memories "
                 "WHERE store_id = :store AND path = :path",
                 {"store": store_id, "path": JOURNAL_PATH},
             )

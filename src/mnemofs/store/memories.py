@@ -53,6 +53,7 @@ from mnemofs.store.rows import (
     _validate_limit,
     utc_now,
 )
+from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
 
 
@@ -94,7 +95,7 @@ class MemoriesMixin(ServiceBase):
 
         def run(tx: Tx) -> Memory:
             row = tx.one(
-                f"SELECT {_MEMORY_COLS}, content FROM memories "
+                f"SELECT {_MEMORY_COLS}, {_MEMORY_CONTENT} FROM memories "
                 "WHERE store_id = :store AND path = :path",
                 {"store": store_id, "path": path},
             )
@@ -348,7 +349,7 @@ class MemoriesMixin(ServiceBase):
             low, op = prefix_upper_bound(after), ">="
         else:
             low, op = after, ">"
-        cols = _MEMORY_COLS + (", content" if content else "")
+        cols = _MEMORY_COLS + (f", {_MEMORY_CONTENT}" if content else "")
         return tx.all(
             f"SELECT {cols} FROM memories WHERE store_id = :store AND path {op} :low "
             "AND path < :high ORDER BY path LIMIT :limit",

@@ -16,11 +16,8 @@ from mnemofs.models import (
     StoreId,
 )
 from mnemofs.store.base import ServiceBase
-from mnemofs.store.rows import (
-    _SEARCH_WORD,
-    _placeholders,
-    _validate_limit,
-)
+from mnemofs.store.rows import _SEARCH_WORD, _placeholders, _validate_limit
+from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import Tx
 
 
@@ -73,9 +70,10 @@ class RecallMixin(ServiceBase):
                 ]
             rows = tx.all(
                 "SELECT m.id, m.store_id, m.path, ts_rank(m.search_vector, q) AS score, "
-                "ts_headline('simple', m.content, q, 'StartSel=[, StopSel=], MaxWords=16, "
+                "ts_headline('simple', c.content, q, 'StartSel=[, StopSel=], MaxWords=16, "
                 "MinWords=5, FragmentDelimiter=…') AS snippet "
-                "FROM memories m, plainto_tsquery('simple', :query) q "
+                "FROM memories m JOIN contents c ON c.store_id = m.store_id "
+                "AND c.sha256 = m.content_sha256, plainto_tsquery('simple', :query) q "
                 f"WHERE m.store_id IN ({inside}) AND m.search_vector @@ q "
                 f"ORDER BY score DESC, m.path LIMIT {limit}",
                 {"query": " ".join(words), **params},
@@ -143,7 +141,7 @@ class RecallMixin(ServiceBase):
             offset = 0
             while left > 0:  # in batches: the cap is usually reached in the first
                 rows = tx.all(
-                    "SELECT store_id, path, content, updated_at FROM memories "
+                    f"SELECT store_id, path, {_MEMORY_CONTENT}, updated_at FROM memories "
                     f"WHERE store_id IN ({in_list}) ORDER BY updated_at DESC, id DESC "
                     f"LIMIT 50 OFFSET {offset}",
                     params,

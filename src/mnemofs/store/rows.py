@@ -75,6 +75,7 @@ _VERSION_COLS = (
     "redacted_at, redacted_by"
 )
 
+
 _STORE_COLS = (
     "id, name, description, metadata, created_at, updated_at, archived_at, memory_count, kind, "
     "owner, on_full, secrets, max_memories, max_content_bytes, pool_id"
@@ -108,64 +109,6 @@ def _validate_time(value: object, what: str) -> str | None:
 
 def sha256_hex(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
-
-
-# The tables whose rows (or index entries) hold memory content or paths.
-CONTENT_TABLES = ("memories", "memory_versions", "directories", "memory_stores")
-
-
-def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
-    """Bring the search index up to date, ``batch`` rows at most (all without one); returns
-    how many were taken. SQLite: the changes its triggers noted in ``search_pending``
-    (migration 0009), oldest first; each noted row first leaves the FTS5 index as the note
-    says the index holds it, then enters it as ``memories`` holds it now, if it still exists.
-    PostgreSQL: the rows whose ``search_vector`` a change emptied (migration 0013) get theirs;
-    rows a transaction is changing are left to the next catch-up (they are emptied again)."""
-    if tx.dialect != "sqlite":
-        limit = "" if batch is None else f" LIMIT {int(batch)}"
-        return tx.count(
-            "UPDATE memories SET search_vector = mnemofs_search_vector(path, content) "
-            "WHERE id IN (SELECT id FROM memories WHERE search_vector IS NULL"
-            f"{limit} FOR UPDATE SKIP LOCKED)"
-        )
-    limit = "" if batch is None else f" ORDER BY mem_rowid LIMIT {int(batch)}"
-    last = tx.scalar(f"SELECT MAX(mem_rowid) FROM (SELECT mem_rowid FROM search_pending{limit})")
-    if last is None:
-        return 0
-    upto = {"last": last}
-    tx.run(
-        "INSERT INTO memories_fts (memories_fts, rowid, path, content) "
-        "SELECT 'delete', mem_rowid, old_path, old_content FROM search_pending "
-        "WHERE indexed = 1 AND mem_rowid <= :last",
-        upto,
-    )
-    # CROSS JOIN keeps the notes the outer loop (SQLite's way to fix a join's order): with a
-    # plain JOIN the planner walked every memory up to :last and looked each up in the notes,
-    # ~6-10 ms a batch in a store of 10,000 memories however few notes there were.
-    tx.run(
-        "INSERT INTO memories_fts (rowid, path, content) SELECT m.rowid, m.path, m.content "
-        "FROM search_pending p CROSS JOIN memories m ON m.rowid = p.mem_rowid "
-        "WHERE p.mem_rowid <= :last",
-        upto,
-    )
-    return tx.count("DELETE FROM search_pending WHERE mem_rowid <= :last", upto)
-
-
-def _search_pending(tx: Tx) -> bool:
-    if tx.dialect == "sqlite":
-        return tx.scalar("SELECT 1 FROM search_pending LIMIT 1") is not None
-    return tx.scalar("SELECT 1 FROM memories WHERE search_vector IS NULL LIMIT 1") is not None
-
-
-def _purge_search_index(tx: Tx) -> None:
-    """SQLite: take in every noted change, then merge the FTS5 index into one segment. A
-    delete only adds a tombstone; the deleted text's tokens stay in older segments until a
-    merge drops them (and secure_delete zeroes the pages they were on), and the notes of
-    ``search_pending`` hold old text until taken in. Costs a rewrite of the whole index:
-    erasing changes only."""
-    if tx.dialect == "sqlite":
-        _catch_up_search(tx)
-        tx.run("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
 
 
 def decode_content(data: bytes) -> str:

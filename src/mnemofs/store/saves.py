@@ -38,6 +38,7 @@ from mnemofs.store.rows import (
     _screen,
     utc_now,
 )
+from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
 
 FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a temporary
@@ -74,7 +75,7 @@ class SavesMixin(ServiceBase):
             # the database's write lock already, so the store is counted once, after the
             # lookup (a create's one UPDATE instead of two). Whether anything changed is a
             # comparison of hashes: the stored content is read for the secrets screen only.
-            cols = _MEMORY_COLS + ", content"
+            cols = f"{_MEMORY_COLS}, {_MEMORY_CONTENT}"
             by_id = f"SELECT {cols} FROM memories WHERE {BY_ID_IN_STORE}"
             ids = {"id": memory_id, "store": store_id}
             locked: StoreLock | None = None
@@ -271,7 +272,7 @@ class SavesMixin(ServiceBase):
             moved.clear()  # a transaction tried again starts over
             self._lock_only(tx, store_id)()
             moving = tx.all(
-                f"SELECT {_MEMORY_COLS}, content FROM memories WHERE store_id = :store "
+                f"SELECT {_MEMORY_COLS}, {_MEMORY_CONTENT} FROM memories WHERE store_id = :store "
                 "AND path >= :lo AND path < :hi ORDER BY path",
                 old_range,
             )

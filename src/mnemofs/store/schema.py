@@ -12,8 +12,9 @@ Conventions
   that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
   the per-store checks (path free, count under the limit) cannot race.
 
-Search (migrations 0004, 0009, 0013) lives outside this file: on SQLite an FTS5 table
-``memories_fts`` over ``memories``, whose changes triggers note in ``search_pending``; on
+Search (migrations 0004, 0009, 0013, 0014) lives outside this file: on SQLite an FTS5 table
+``memories_fts`` over the view ``memories_text`` (each memory's path and content), whose
+changes triggers note in ``search_pending``; on
 PostgreSQL a ``search_vector`` column with a GIN index, which a trigger empties when a row's
 path or content changes (``SEARCH_OBJECTS``). Both catch up in batches
 (``ServiceBase.catch_up_search``). A migration that rebuilds ``memories`` (SQLite batch mode)
@@ -116,7 +117,7 @@ memories = Table(
     Column("id", Text, primary_key=True),
     Column("store_id", Text, ForeignKey("memory_stores.id"), nullable=False),
     Column("path", PathText, nullable=False),
-    Column("content", Text, nullable=False),  # valid UTF-8, no NUL, <= MAX_CONTENT_BYTES
+    # The content: the ``contents`` row of this store with this hash (0014).
     Column("content_sha256", Text, nullable=False),  # hex SHA-256 of the UTF-8 bytes
     Column("size_bytes", Integer, nullable=False),
     Column("created_at", Text, nullable=False),
@@ -144,9 +145,9 @@ memory_versions = Table(
     # recorded as such and spoken as 'modified' with the new path, the wire's word for it.
     Column("operation", Text, nullable=False),
     Column("path", PathText, nullable=False),  # the memory's path after the change
-    # The memory's content after the change. NULL once redacted, and for 'deleted' versions.
-    Column("content", Text),
-    Column("content_sha256", Text),  # NULL exactly when content is
+    # The memory's content after the change, as a ``contents`` row of the store (0014). NULL
+    # once redacted, and for 'deleted' versions.
+    Column("content_sha256", Text),
     Column("size_bytes", Integer, nullable=False),  # kept through redaction
     Column("created_at", Text, nullable=False),
     # Who wrote it (models.Actor): a session id, an API key id, 'user:<id>', or a word naming a
@@ -172,6 +173,21 @@ memory_versions = Table(
     # SQLite: AUTOINCREMENT, so a seq is never handed out again after its row is deleted (a
     # fold deletes the newest versions; a feed reader that saw them would skip the next ones).
     sqlite_autoincrement=True,
+)
+
+contents = Table(
+    "contents",
+    metadata,
+    # Each distinct text of a store, once (0014): memories and versions name theirs by hash, so
+    # a rename, a restore or a revert writes no content, and a save writes it once. Per store:
+    # deleting or pruning a store touches only its own rows, and no store can learn from timing
+    # or errors whether another holds some text. A row goes when nothing names it any more: at
+    # a redaction, a prune or the store's deletion (never on the save path; a fold can leave
+    # one behind, which the next prune sweeps and ``db check`` reports).
+    Column("store_id", Text, ForeignKey("memory_stores.id"), primary_key=True),
+    Column("sha256", Text, primary_key=True),  # hex SHA-256 of the UTF-8 bytes
+    Column("content", Text, nullable=False),  # valid UTF-8, no NUL, <= MAX_CONTENT_BYTES
+    sqlite_with_rowid=False,
 )
 
 directories = Table(
@@ -240,7 +256,7 @@ session_tokens = Table(
 )
 
 
-# Made by migrations 0004, 0009 and 0013 with raw SQL; the schema comparison leaves them out.
+# Made by migrations 0004, 0009, 0013 and 0014 with raw SQL; the schema comparison leaves them out.
 SEARCH_OBJECTS = frozenset(
     {
         "memories_fts",
@@ -250,6 +266,7 @@ SEARCH_OBJECTS = frozenset(
         "memories_fts_docsize",
         "memories_fts_config",
         "search_pending",  # SQLite: changes the index has yet to take (0009)
+        "memories_text",  # SQLite: the view the index reads its text from (0014)
         "search_vector",
         "ix_memories_search_vector",
         "ix_memories_search_stale",  # PostgreSQL: rows whose vector is to be made (0013)

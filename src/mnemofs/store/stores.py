@@ -32,7 +32,6 @@ from mnemofs.store.rows import (
     _decode_cursor,
     _encode_cursor,
     _placeholders,
-    _purge_search_index,
     _store,
     _validate_description,
     _validate_limit,
@@ -44,6 +43,7 @@ from mnemofs.store.rows import (
     _validate_user,
     utc_now,
 )
+from mnemofs.store.texts import _purge_search_index, _sweep_contents
 from mnemofs.store.tx import Tx
 
 
@@ -306,6 +306,7 @@ class StoresMixin(ServiceBase):
                 )
             for table in ("session_attachments", "memory_versions", "memories", "directories"):
                 tx.run(f"DELETE FROM {table} WHERE store_id = :id", {"id": store_id})
+            _sweep_contents(tx, store_id)  # all of them now: nothing names any
             tx.run("DELETE FROM memory_stores WHERE id = :id", {"id": store_id})
             _purge_search_index(tx)
 

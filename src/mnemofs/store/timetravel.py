@@ -26,6 +26,7 @@ from mnemofs.models import STORE_PREFIX, MemoryStore, new_id
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.check import check
 from mnemofs.store.rows import _store, _validate_store_name, _validate_time, utc_now
+from mnemofs.store.texts import _content_of
 from mnemofs.store.tx import Tx
 
 Step = Literal["modify", "move", "delete", "recreate"]
@@ -160,8 +161,9 @@ class TimeTravelMixin(ServiceBase):
                 "known (choose a later time, or import an export made before the prune)"
             )
         rows = tx.all(
-            "SELECT v.id, v.memory_id, v.operation, v.path, v.content, v.content_sha256, "
-            "v.size_bytes, v.redacted_at FROM memory_versions v WHERE v.store_id = :store "
+            f"SELECT v.id, v.memory_id, v.operation, v.path, {_content_of('v')}, "
+            "v.content_sha256, v.size_bytes, v.redacted_at FROM memory_versions v "
+            "WHERE v.store_id = :store "
             "AND v.seq = (SELECT MAX(w.seq) FROM memory_versions w "
             "WHERE w.memory_id = v.memory_id AND w.created_at <= :at)",
             {"store": store_id, "at": moment},

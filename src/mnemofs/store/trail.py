@@ -21,10 +21,9 @@ from mnemofs.store.rows import (
     SEARCH_QUIET_S,
     SEARCH_TRAIL_MAX_S,
     SEARCH_TRAIL_S,
-    _catch_up_search,
-    _search_pending,
 )
 from mnemofs.store.sql import Database
+from mnemofs.store.texts import _catch_up_search, _search_pending
 
 log = logging.getLogger("mnemofs.store")
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mnemofs import limits
+from mnemofs.content import Content
 from mnemofs.errors import Conflict, LimitExceeded, NotFound
 from mnemofs.models import (
     _BASE32,
@@ -46,6 +47,7 @@ from mnemofs.store.records import (
     where,
 )
 from mnemofs.store.rows import _placeholders, _store
+from mnemofs.store.texts import _content_of, _put_content
 from mnemofs.store.tx import Tx
 
 PAGE = 256  # rows read or written per statement
@@ -53,9 +55,9 @@ _ORDER = {StoreRecord: 0, DirectoryRecord: 1, VersionRecord: 2, MemoryRecord: 3}
 _NAMES = ("store", "directory", "version", "memory")
 
 _VERSION_SELECT = (
-    "SELECT v.seq, v.id, v.memory_id, v.operation, v.path, v.content, v.content_sha256, "
-    "v.size_bytes, v.created_at, v.actor, v.redacted_at, v.redacted_by, v.folded_id "
-    "FROM memory_versions v"
+    f"SELECT v.seq, v.id, v.memory_id, v.operation, v.path, {_content_of('v')}, "
+    "v.content_sha256, v.size_bytes, v.created_at, v.actor, v.redacted_at, v.redacted_by, "
+    "v.folded_id FROM memory_versions v"
 )
 
 
@@ -292,10 +294,16 @@ class _Writer:
                 other_stores=True,
             )
         ids = self.ids
+        texts = {  # each text once (checked against its hash above)
+            r.content_sha256: Content.stored(r.content, r.content_sha256, r.size_bytes)
+            for r in batch
+            if r.content is not None and r.content_sha256 is not None
+        }
+        _put_content(self.tx, self.store_id, *texts.values())
         self.tx.many(
-            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, "
+            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, "
             "content_sha256, size_bytes, created_at, actor, redacted_at, redacted_by, folded_id) "
-            "VALUES (:id, :store, :memory, :op, :path, :content, :sha, :size, :at, :actor, "
+            "VALUES (:id, :store, :memory, :op, :path, :sha, :size, :at, :actor, "
             ":redacted_at, :redacted_by, :folded)",
             [
                 {
@@ -304,7 +312,6 @@ class _Writer:
                     "memory": ids(MEMORY_PREFIX, r.memory_id),
                     "op": r.operation,
                     "path": r.path,
-                    "content": r.content,
                     "sha": r.content_sha256,
                     "size": r.size_bytes,
                     "at": r.created_at,
@@ -326,12 +333,12 @@ class _Writer:
         # Each memory from its head version, which must be its own, live, with the path and
         # hash the record says (the content is not in the file twice).
         written = self.tx.many(
-            "INSERT INTO memories (id, store_id, path, content, content_sha256, size_bytes, "
+            "INSERT INTO memories (id, store_id, path, content_sha256, size_bytes, "
             "created_at, updated_at, head_version_id, accessed_at) "
-            "SELECT v.memory_id, v.store_id, v.path, v.content, v.content_sha256, v.size_bytes, "
+            "SELECT v.memory_id, v.store_id, v.path, v.content_sha256, v.size_bytes, "
             ":created, :updated, v.id, :accessed FROM memory_versions v "
             "WHERE v.id = :head AND v.memory_id = :id AND v.store_id = :store "
-            "AND v.operation <> 'deleted' AND v.content IS NOT NULL "
+            "AND v.operation <> 'deleted' AND v.content_sha256 IS NOT NULL "
             "AND v.path = :path AND v.content_sha256 = :sha",
             [
                 {

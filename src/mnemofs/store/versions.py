@@ -25,15 +25,19 @@ from mnemofs.secrets import find_secrets
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
     _VERSION_COLS,
-    CONTENT_TABLES,
     _decode_cursor,
     _encode_cursor,
-    _purge_search_index,
     _timestamp,
     _validate_limit,
     _validate_time,
     _version,
     utc_now,
+)
+from mnemofs.store.texts import (
+    _VERSION_CONTENT,
+    CONTENT_TABLES,
+    _purge_search_index,
+    _sweep_contents,
 )
 from mnemofs.store.tx import Tx
 
@@ -89,7 +93,7 @@ class VersionsMixin(ServiceBase):
             where.append("created_at <= :lte")
         if before is not None:
             where.append("seq < :before")
-        cols = _VERSION_COLS + (", content" if full else "")
+        cols = _VERSION_COLS + (f", {_VERSION_CONTENT}" if full else "")
         sql = f"SELECT {cols}, seq FROM memory_versions WHERE {' AND '.join(where)} "
         sql += "ORDER BY seq DESC LIMIT :limit"
         params = {
@@ -157,10 +161,11 @@ class VersionsMixin(ServiceBase):
                 )
             if row.redacted_at is None:
                 tx.run(
-                    "UPDATE memory_versions SET content = NULL, content_sha256 = NULL, "
+                    "UPDATE memory_versions SET content_sha256 = NULL, "
                     "redacted_at = :now, redacted_by = :actor WHERE id = :id",
                     {"now": utc_now(), "actor": actor or self.actor, "id": version_id},
                 )
+                _sweep_contents(tx, store_id)  # the text, unless another version has it
                 _purge_search_index(tx)  # the text was indexed while it was a head
                 erased.append(True)
             return _version(self._version_row(tx, store_id, version_id))
@@ -199,6 +204,7 @@ class VersionsMixin(ServiceBase):
                 {"store": store_id, "cutoff": cutoff, "keep": keep_last},
             )
             if removed:
+                _sweep_contents(tx, store_id)
                 _purge_search_index(tx)
                 tx.run(
                     "UPDATE memory_stores SET pruned_before = :cutoff WHERE id = :store "
@@ -218,8 +224,8 @@ class VersionsMixin(ServiceBase):
         if store_id is not None:
             self._read(lambda tx: self._store_row(tx, store_id))  # NotFound for a wrong id
         sql = (
-            "SELECT seq, id, store_id, memory_id, path, content FROM memory_versions "
-            "WHERE content IS NOT NULL AND seq > :after"
+            f"SELECT seq, id, store_id, memory_id, path, {_VERSION_CONTENT} FROM memory_versions "
+            "WHERE content_sha256 IS NOT NULL AND seq > :after"
             + (" AND store_id = :store" if store_id is not None else "")
             + " ORDER BY seq LIMIT 500"
         )
@@ -250,7 +256,13 @@ class VersionsMixin(ServiceBase):
     def scrub(self) -> None:
         """Make every erased byte unreachable in the database's own files: on SQLite, merge the
         search index, VACUUM and empty the WAL; on PostgreSQL, VACUUM FULL the tables that hold
-        content (dead tuples stay in table files until then) and CHECKPOINT."""
-        self._write(_purge_search_index)
+        content (dead tuples stay in table files until then) and CHECKPOINT. Texts nothing names
+        any more (what folds leave) go first."""
+
+        def sweep(tx: Tx) -> None:
+            _sweep_contents(tx, None)
+            _purge_search_index(tx)
+
+        self._write(sweep)
         self.db.vacuum(CONTENT_TABLES)
         self._clear_wal()
