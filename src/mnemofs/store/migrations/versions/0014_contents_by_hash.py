@@ -121,7 +121,6 @@ def upgrade() -> None:
         sa.Column("sha256", sa.Text(), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("store_id", "sha256"),
-        sqlite_with_rowid=False,
     )
     for statement in FILL:
         op.execute(statement)
