@@ -3,10 +3,16 @@ and what removes it when nothing names it any more."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 from typing import Any
 
+import pytest
+
 from mnemofs.store import MemoryService
+
+from .conftest import _fresh_pg_engine, pg_url
 
 
 def texts(service: MemoryService, store: str) -> list[str]:
@@ -76,3 +82,37 @@ def test_what_a_fold_leaves_goes_at_a_scrub(service: MemoryService) -> None:
     assert texts(service, store) == ["the new text\n", "the old text\n"]
     assert service.get_memory(store, target.id).content == "the new text\n"
     assert service.check().problems == []
+
+
+@pytest.mark.postgres
+def test_a_scrub_waits_for_a_save_that_names_a_text_left_behind() -> None:
+    """PostgreSQL: a save that names a text nothing else names (its ``INSERT ... ON CONFLICT``
+    found the row and took no lock) commits after a scrub began; the scrub waits for the
+    store, as a change does, and the text stays."""
+    import psycopg
+
+    from mnemofs.store.engine import _libpq_uri
+
+    service = MemoryService(_fresh_pg_engine(), actor="api")
+    store = service.create_store("Race").id
+    target = service.create_memory(store, "/a.md", "old\n")
+    temp = service.create_memory(store, "/.a.md.tmp", "left behind\n")
+    service.update_memory(store, temp.id, content="new\n")
+    service.rename_over(store, temp.id, target.id, fold=True)  # named by nothing now
+    left = hashlib.sha256(b"left behind\n").hexdigest()
+    saving = psycopg.connect(_libpq_uri(pg_url()))
+    try:  # a save of that text, in flight: the store locked, the memory not yet written
+        saving.execute("SELECT id FROM memory_stores WHERE id = %s FOR UPDATE", [store])
+        scrub = threading.Thread(target=service.scrub)
+        scrub.start()
+        time.sleep(0.5)
+        saving.execute(
+            "UPDATE memories SET content_sha256 = %s, size_bytes = 12 WHERE id = %s",
+            [left, target.id],
+        )
+        saving.commit()
+        scrub.join(60)
+    finally:
+        saving.close()
+    assert service.get_memory(store, target.id).content == "left behind\n"
+    service.close()

@@ -260,6 +260,10 @@ class VersionsMixin(ServiceBase):
         any more (what folds leave) go first."""
 
         def sweep(tx: Tx) -> None:
+            if tx.dialect == "postgresql":
+                # Every store locked, as each change locks its own: a save that names a text
+                # nothing else names (its INSERT ... ON CONFLICT took no lock) cannot race this.
+                tx.all("SELECT id FROM memory_stores ORDER BY id FOR UPDATE")
             _sweep_contents(tx, None)
             _purge_search_index(tx)
 
