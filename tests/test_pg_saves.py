@@ -128,6 +128,13 @@ def test_what_a_service_remembers_of_its_saves_is_bounded(
     assert 0 < len(remembered) <= 10
     assert service._saved_bytes == sum(len(last.content) for last in remembered.values())
     assert service._saved_bytes <= 1000
+    # The least recently saved go first: the newest saves are all still there.
+    assert [last.path for last in remembered.values()] == [f"/m{i}.md" for i in range(40, 50)]
+    first = service.find_memory(store, "/m40.md")
+    service.save_file(store, "/m40.md", Content.from_text("again" + "x" * 95), memory_id=first.id)
+    service.save_file(store, "/m50.md", Content.from_text("050" + "x" * 97))
+    assert [last.path for last in remembered.values()][-2:] == ["/m40.md", "/m50.md"]
+    assert "/m41.md" not in [last.path for last in remembered.values()]
 
 
 def test_a_rename_over_the_last_save_is_one_round_trip(

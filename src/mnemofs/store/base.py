@@ -508,16 +508,22 @@ class ServiceBase:
 
     def _remember(self, memory: Memory) -> None:
         """Keep a memory's row as this service saved it, for the next change over it
-        (``_save_over_last``); all are forgotten once they hold too much content."""
+        (``_save_over_last``); the least recently saved are forgotten once they hold too much
+        content (the dict keeps the order of saves: a save moves its memory to the end)."""
         if memory.content is None:
             return
         with self._saved_lock:  # the byte count stays exact with threads
             before = self._saved.pop(memory.id, None)
-            self._saved_bytes += len(memory.content) - (len(before.content) if before else 0)
-            if self._saved_bytes > SAVED_KEPT_BYTES:
-                self._saved.clear()
-                self._saved_bytes = len(memory.content)
+            if before is not None:
+                self._saved_bytes -= len(before.content)
+            size = len(memory.content)
+            if size > SAVED_KEPT_BYTES:
+                return
+            while self._saved_bytes + size > SAVED_KEPT_BYTES:
+                oldest = self._saved.pop(next(iter(self._saved)))
+                self._saved_bytes -= len(oldest.content)
             self._saved[memory.id] = _Assumed.of(memory)
+            self._saved_bytes += size
 
     def _version_row(self, tx: Tx, store_id: str, version_id: str) -> Any:
         row = tx.one(
