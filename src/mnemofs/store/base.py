@@ -56,11 +56,16 @@ from mnemofs.store.rows import (
     utc_now,
 )
 from mnemofs.store.sql import Database
-from mnemofs.store.texts import _MEMORY_CONTENT, _VERSION_CONTENT, _put_content
+from mnemofs.store.texts import _CONTENT_INSERT, _MEMORY_CONTENT, _VERSION_CONTENT
 from mnemofs.store.trail import SearchTrail
 from mnemofs.store.tx import Tx
 
 T = TypeVar("T")
+_VERSION_INSERT = (
+    "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content_sha256, "
+    "size_bytes, created_at, actor, redacted_at, folded_id) VALUES (:version, :store, :memory, "
+    ":op, :path, :sha, :size, :now, :actor, NULL, :folded)"
+)
 SAVED_KEPT_BYTES = 8 << 20  # the content of its last saves a service keeps (PostgreSQL), at most
 # What memory_versions.operation holds: the wire's words, and 'renamed' for a path change.
 StoredOperation = Literal["created", "modified", "renamed", "deleted"]
@@ -337,25 +342,34 @@ class ServiceBase:
         folded_id: str | None = None,
     ) -> VersionId:
         """A version row; its content (``sha``: None for none) is already in ``contents``."""
-        version_id = VersionId(new_id(VERSION_PREFIX))
-        tx.run(
-            "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, "
-            "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES "
-            "(:id, :store, :memory, :op, :path, :sha, :size, :now, :actor, NULL, :folded)",
-            {
-                "id": version_id,
-                "store": store_id,
-                "memory": memory_id,
-                "op": operation,
-                "path": path,
-                "sha": sha,
-                "size": size,
-                "now": now,
-                "actor": actor or self.actor,
-                "folded": folded_id,
-            },
-        )
-        return version_id
+        params = self._version_params(store_id, memory_id, operation, path, sha, size, now, actor)
+        tx.run(_VERSION_INSERT, params | {"folded": folded_id})
+        return VersionId(params["version"])
+
+    def _version_params(
+        self,
+        store_id: str,
+        memory_id: str,
+        operation: StoredOperation,
+        path: str,
+        sha: str | None,
+        size: int,
+        now: str,
+        actor: str | None,
+    ) -> dict[str, Any]:
+        """``_VERSION_INSERT``'s parameters (``folded`` None), with a new version id."""
+        return {
+            "version": new_id(VERSION_PREFIX),
+            "store": store_id,
+            "memory": memory_id,
+            "op": operation,
+            "path": path,
+            "sha": sha,
+            "size": size,
+            "now": now,
+            "actor": actor or self.actor,
+            "folded": None,
+        }
 
     def _remove_memory(
         self, tx: Tx, store_id: str, row: Any, actor: str | None, now: str, *, keep_directory: bool
@@ -399,31 +413,17 @@ class ServiceBase:
         content, sha, size = new.text, new.sha256, new.size
         now = utc_now()
         memory_id = MemoryId(memory_id or new_id(MEMORY_PREFIX))
-        _put_content(tx, store_id, new)
-        version_id = self._write_version(
-            tx,
-            store_id=store_id,
-            memory_id=memory_id,
-            operation="created",
-            path=path,
-            sha=sha,
-            size=size,
-            now=now,
-            actor=actor,
-        )
-        tx.run(
-            "INSERT INTO memories (id, store_id, path, content_sha256, size_bytes, "
-            "created_at, updated_at, head_version_id, accessed_at) VALUES (:id, :store, :path, "
-            ":sha, :size, :now, :now, :version, :now)",
-            {
-                "id": memory_id,
-                "store": store_id,
-                "path": path,
-                "sha": sha,
-                "size": size,
-                "now": now,
-                "version": version_id,
-            },
+        params = self._version_params(store_id, memory_id, "created", path, sha, size, now, actor)
+        version_id = VersionId(params["version"])
+        tx.run_together(
+            [
+                _CONTENT_INSERT,
+                _VERSION_INSERT,
+                "INSERT INTO memories (id, store_id, path, content_sha256, size_bytes, "
+                "created_at, updated_at, head_version_id, accessed_at) VALUES (:memory, "
+                ":store, :path, :sha, :size, :now, :now, :version, :now)",
+            ],
+            params | {"content": content},
         )
         return Memory(
             id=memory_id,
@@ -460,31 +460,20 @@ class ServiceBase:
         operation: StoredOperation = "renamed" if new_path != row.path else "modified"
         now = utc_now()
         new_content, sha, size = new.text, new.sha256, new.size
-        if sha != row.content_sha256:
-            _put_content(tx, store_id, new)
-        version_id = self._write_version(
-            tx,
-            store_id=store_id,
-            memory_id=row.id,
-            operation=operation,
-            path=new_path,
-            sha=sha,
-            size=size,
-            now=now,
-            actor=actor,
-            folded_id=folded_id,
-        )
-        changes = {"path": new_path, "now": now, "version": version_id, "id": row.id}
+        params = self._version_params(store_id, row.id, operation, new_path, sha, size, now, actor)
+        version_id = VersionId(params["version"])
         if sha == row.content_sha256:  # a rename: the content stays where it is
+            writes = []
             set_content = ""
         else:
+            writes = [_CONTENT_INSERT]
             set_content = "content_sha256 = :sha, size_bytes = :size, "
-            changes |= {"sha": sha, "size": size}
-        tx.run(
+        writes += [
+            _VERSION_INSERT,
             f"UPDATE memories SET path = :path, {set_content}updated_at = :now, "
-            "head_version_id = :version, accessed_at = :now WHERE id = :id",
-            changes,
-        )
+            "head_version_id = :version, accessed_at = :now WHERE id = :memory",
+        ]
+        tx.run_together(writes, params | {"content": new_content, "folded": folded_id})
         if keep_directory and new_path != row.path:
             self._keep_directory(tx, store_id, row.path, now)
         return Memory(

@@ -16,12 +16,10 @@ from mnemofs.errors import (
     SecretDetected,
 )
 from mnemofs.models import (
-    VERSION_PREFIX,
     Memory,
     MemoryId,
     StoreId,
     VersionId,
-    new_id,
 )
 from mnemofs.paths import (
     ancestor_prefixes,
@@ -29,7 +27,7 @@ from mnemofs.paths import (
     prefix_upper_bound,
     validate_path,
 )
-from mnemofs.store.base import ServiceBase
+from mnemofs.store.base import _VERSION_INSERT, ServiceBase
 from mnemofs.store.rows import (
     _MEMORY_COLS,
     _STORE_WITH_ROOM,
@@ -41,7 +39,7 @@ from mnemofs.store.rows import (
     _screen,
     utc_now,
 )
-from mnemofs.store.texts import _MEMORY_CONTENT
+from mnemofs.store.texts import _CONTENT_INSERT, _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
 
 FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a temporary
@@ -59,15 +57,10 @@ _SAVE_OVER_LAST = (
     "AND max_content_bytes IS NOT DISTINCT FROM :cap "
     f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)), "
     "m AS (UPDATE memories SET content_sha256 = :sha, size_bytes = :size, updated_at = :now, "
-    "head_version_id = :version, accessed_at = :now WHERE id = :id AND store_id = :store "
+    "head_version_id = :version, accessed_at = :now WHERE id = :memory AND store_id = :store "
     "AND content_sha256 = :old_sha AND path = :path AND created_at = :created "
     "AND EXISTS (SELECT 1 FROM s) RETURNING id), "
-    "c AS (INSERT INTO contents (store_id, sha256, content) VALUES (:store, :sha, :content) "
-    "ON CONFLICT DO NOTHING), "
-    "v AS (INSERT INTO memory_versions (id, store_id, memory_id, operation, path, "
-    "content_sha256, size_bytes, created_at, actor, redacted_at, folded_id) VALUES (:version, "
-    ":store, :id, 'modified', :path, :sha, :size, :now, :actor, NULL, NULL)) "
-    "SELECT 1 / count(*)::int FROM m"
+    f"c AS ({_CONTENT_INSERT}), v AS ({_VERSION_INSERT}) SELECT 1 / count(*)::int FROM m"
 )
 
 
@@ -206,25 +199,14 @@ class SavesMixin(ServiceBase):
             raise GuardFailed("refused by the store as last seen") from None
 
         def run(tx: Tx) -> Memory:
-            now, version = utc_now(), VersionId(new_id(VERSION_PREFIX))
-            tx.guard(
-                _SAVE_OVER_LAST,
-                {
-                    "store": store_id,
-                    "id": memory_id,
-                    "old_sha": last.content_sha256,
-                    "path": last.path,
-                    "created": last.created_at,
-                    "secrets": seen.secrets,
-                    "cap": seen.max_content_bytes,
-                    "sha": new.sha256,
-                    "size": new.size,
-                    "content": new.text,
-                    "now": now,
-                    "version": version,
-                    "actor": actor or self.actor,
-                },
+            now = utc_now()
+            params = self._version_params(
+                store_id, memory_id, "modified", last.path, new.sha256, new.size, now, actor
             )
+            version = VersionId(params["version"])
+            rules = {"secrets": seen.secrets, "cap": seen.max_content_bytes}
+            was = {"old_sha": last.content_sha256, "created": last.created_at}
+            tx.guard(_SAVE_OVER_LAST, params | rules | was | {"content": new.text})
             return Memory(
                 id=MemoryId(memory_id),
                 memory_store_id=StoreId(store_id),

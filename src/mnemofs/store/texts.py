@@ -26,16 +26,19 @@ _VERSION_CONTENT = _content_of("memory_versions")
 CONTENT_TABLES = ("contents", "memories", "memory_versions", "directories", "memory_stores")
 
 
+# A text kept, before the rows that name it (nothing if the store has it already).
+_CONTENT_INSERT = (
+    "INSERT INTO contents (store_id, sha256, content) VALUES (:store, :sha, :content) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
 def _put_content(tx: Tx, store_id: str, *texts: Content) -> None:
     """Keep texts in their store's ``contents`` (nothing for one that is there already),
     before the rows that name them by hash. One ``run`` each, not ``many``: on a PostgreSQL
     pipeline that waits for no answer, so a save's round trips stay as they were."""
     for t in texts:
-        tx.run(
-            "INSERT INTO contents (store_id, sha256, content) VALUES (:store, :sha, :content) "
-            "ON CONFLICT DO NOTHING",
-            {"store": store_id, "sha": t.sha256, "content": t.text},
-        )
+        tx.run(_CONTENT_INSERT, {"store": store_id, "sha": t.sha256, "content": t.text})
 
 
 def _sweep_contents(tx: Tx, store_id: str | None) -> int:

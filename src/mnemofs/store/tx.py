@@ -50,6 +50,18 @@ class Tx:
         share one round trip. Its errors surface there too, before the commit."""
         self._cursor.execute(self._db.sql(sql), params or {})
 
+    def run_together(self, statements: Sequence[str], params: Mapping[str, Any]) -> None:
+        """``run`` writes that need no answer and no order among them, with one set of
+        parameters. On PostgreSQL as one statement, each but the last a writable CTE: the
+        server's work per statement (~15 µs) was a fifth of a save. SQLite runs them in turn
+        (it has no writable CTEs, and a statement there costs little)."""
+        if self.dialect == "postgresql" and len(statements) > 1:
+            ctes = ", ".join(f"w{n} AS ({sql})" for n, sql in enumerate(statements[:-1]))
+            self.run(f"WITH {ctes} {statements[-1]}", params)
+        else:
+            for sql in statements:
+                self.run(sql, params)
+
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute; return the number of rows changed (waits for the answer)."""
         self._cursor.execute(self._db.sql(sql), params or {})
