@@ -61,6 +61,7 @@ from mnemofs.store.trail import SearchTrail
 from mnemofs.store.tx import Tx
 
 T = TypeVar("T")
+# A version row (``ServiceBase._version_params``), its text already kept or sent beside it.
 _VERSION_INSERT = (
     "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content_sha256, "
     "size_bytes, created_at, actor, redacted_at, folded_id) VALUES (:version, :store, :memory, "
