@@ -328,25 +328,6 @@ class ServiceBase:
         sent = tx.ahead(*_path_query(store_id, path, ignore))
         return lambda: _path_verdict(sent(), path, path + "/", ignore, existing_ok)
 
-    def _write_version(
-        self,
-        tx: Tx,
-        *,
-        store_id: str,
-        memory_id: str,
-        operation: StoredOperation,
-        path: str,
-        sha: str | None,
-        size: int,
-        now: str,
-        actor: str | None,
-        folded_id: str | None = None,
-    ) -> VersionId:
-        """A version row; its content (``sha``: None for none) is already in ``contents``."""
-        params = self._version_params(store_id, memory_id, operation, path, sha, size, now, actor)
-        tx.run(_VERSION_INSERT, params | {"folded": folded_id})
-        return VersionId(params["version"])
-
     def _version_params(
         self,
         store_id: str,
@@ -358,7 +339,8 @@ class ServiceBase:
         now: str,
         actor: str | None,
     ) -> dict[str, Any]:
-        """``_VERSION_INSERT``'s parameters (``folded`` None), with a new version id."""
+        """``_VERSION_INSERT``'s parameters, with a new version id (``sha``: None for no text;
+        ``folded`` None)."""
         return {
             "version": new_id(VERSION_PREFIX),
             "store": store_id,
@@ -384,17 +366,9 @@ class ServiceBase:
         self, tx: Tx, store_id: str, row: Any, actor: str | None, now: str, *, keep_directory: bool
     ) -> VersionId:
         """The 'deleted' version of a memory whose row is gone (``row``: its id and path)."""
-        version_id = self._write_version(
-            tx,
-            store_id=store_id,
-            memory_id=row.id,
-            operation="deleted",
-            path=row.path,
-            sha=None,
-            size=0,
-            now=now,
-            actor=actor,
-        )
+        params = self._version_params(store_id, row.id, "deleted", row.path, None, 0, now, actor)
+        tx.run(_VERSION_INSERT, params)
+        version_id = VersionId(params["version"])
         if keep_directory:
             self._keep_directory(tx, store_id, row.path, now)
         return version_id
