@@ -271,6 +271,12 @@ def test_a_delete_of_the_last_save_is_one_round_trip(
     assert (gone.operation, gone.path, gone.memory_id) == ("deleted", "/d/0.md", made[0].id)
     assert service.list_versions(store, memory_id=made[0].id).data[0].id == gone.id
     assert service.get_store(store).memory_count == 4
+    lone = service.save_file(store, "/lone/x.md", Content.from_text("x\n"))[0]
+    syncs.clear()
+    service.delete_memory(store, lone.id, keep_directory=True)  # its directory stays
+    assert syncs == [1]
+    assert [e.path for e in service.list_memories(store, path_prefix="/lone/").data] == []
+    assert "/lone/" in [e.path for e in service.list_memories(store, depth=1).data]
     # Moved elsewhere since: the careful way deletes it where it is now.
     elsewhere.update_memory(store, made[1].id, path="/moved.md")
     syncs.clear()

@@ -514,12 +514,14 @@ def _path_verdict(
     return None
 
 
+_KEEP_DIRECTORY = (
+    "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :parent, :now) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
 def keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
     """Make the directory holding ``path`` explicit, so emptying it does not remove it."""
     parent = parent_prefix(path)
     if parent != ROOT:
-        tx.run(
-            "INSERT INTO directories (store_id, path, created_at) "
-            "VALUES (:store, :path, :now) ON CONFLICT DO NOTHING",
-            {"store": store_id, "path": parent, "now": now},
-        )
+        tx.run(_KEEP_DIRECTORY, {"store": store_id, "parent": parent, "now": now})
