@@ -165,6 +165,19 @@ def test_a_rename_over_the_last_save_is_one_round_trip(
         "/a/h.md"
     ]
     assert service.check().problems == []
+    # Remembered again (that rename), then changed or moved elsewhere: the one round trip's
+    # assumption fails and the careful way renames what is stored now.
+    elsewhere.update_memory(store, memory.id, content="again\n")
+    moved = service.update_memory(store, memory.id, path="/c/j.md", keep_directory=True)
+    assert (moved.path, moved.content) == ("/c/j.md", "again\n")
+    assert service.list_versions(store, memory_id=memory.id).data[0].content_sha256 == (
+        moved.content_sha256
+    )
+    elsewhere.update_memory(store, memory.id, path="/e/k.md")
+    service.update_memory(store, memory.id, path="/f/k.md", keep_directory=True)
+    tops = [p.path for p in service.list_memories(store, depth=1).data]
+    assert "/e/" in tops and "/c/" not in tops  # the directory it left is the one kept
+    assert service.check().problems == []
 
 
 def test_a_create_in_a_store_seen_is_one_round_trip(

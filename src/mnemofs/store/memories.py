@@ -38,14 +38,12 @@ from mnemofs.store.rows import (
     _FIRST_DIRECTORY_INSIDE,
     _FIRST_MEMORY_INSIDE,
     _KEEP_DIRECTORY,
-    _MEMORY_AS_SAVED,
     _MEMORY_COLS,
     _NOTHING_INSIDE,
     _STORE_AS_SEEN,
     _STORE_COUNTED,
     _STORE_LIVE,
     BY_ID_IN_STORE,
-    _as_saved,
     _Assumed,
     _decode_cursor,
     _encode_cursor,
@@ -64,6 +62,15 @@ from mnemofs.store.tx import GuardFailed, Tx
 # the hash, path and creation of that save, its 'deleted' version, and ({keep}) the directory
 # kept, as one statement (three to five before; ~15 µs of the server's work each). No row
 # deleted is a division by zero: ``GuardFailed``, and nothing written.
+# A rename of a memory as this service's last save left it (``_rename_over_last``), after the
+# store's guard and the new path's: the row moved while it has the hash, path and creation of
+# that save, its 'renamed' version and ({keep}) the old directory kept, as one statement.
+_RENAME_AS_SAVED = (
+    "WITH m AS (UPDATE memories SET path = :path, updated_at = :now, head_version_id = :version, "
+    "accessed_at = :now WHERE id = :memory AND store_id = :store AND content_sha256 = :sha "
+    "AND path = :old_path AND created_at = :created RETURNING id), "
+    f"v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM m"
+)
 _DELETE_AS_SAVED = (
     "WITH d AS (DELETE FROM memories WHERE id = :memory AND store_id = :store "
     "AND content_sha256 = :old_sha AND path = :path AND created_at = :created RETURNING id), "
@@ -193,10 +200,26 @@ class MemoriesMixin(ServiceBase):
 
         def run(tx: Tx) -> Memory:
             tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
-            tx.guard(_MEMORY_AS_SAVED, _as_saved(store_id, last))
-            tx.guard(*free)
-            return self._apply_update(
-                tx, store_id, last, path, None, actor, keep_directory=keep_directory
+            tx.guard(*free)  # its own statement: judged after the store's lock (decisions.md)
+            now = utc_now()
+            sha, size = last.content_sha256, last.size_bytes
+            params = self._version_params(
+                store_id, memory_id, "renamed", path, sha, size, now, actor
+            )
+            parent = parent_prefix(last.path)
+            keep = f", k AS ({_KEEP_DIRECTORY})" if keep_directory and parent != ROOT else ""
+            was = {"old_path": last.path, "created": last.created_at, "parent": parent}
+            tx.guard(_RENAME_AS_SAVED.format(keep=keep), params | was)
+            return Memory(
+                id=MemoryId(memory_id),
+                memory_store_id=StoreId(store_id),
+                path=path,
+                content_sha256=sha,
+                content_size_bytes=size,
+                memory_version_id=VersionId(params["version"]),
+                created_at=last.created_at,
+                updated_at=now,
+                content=last.content,
             )
 
         try:
