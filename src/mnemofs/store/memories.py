@@ -28,22 +28,22 @@ from mnemofs.models import (
 )
 from mnemofs.paths import (
     ROOT,
-    parent_prefix,
     prefix_upper_bound,
     validate_path,
     validate_prefix,
 )
 from mnemofs.store.base import _VERSION_INSERT, ServiceBase
 from mnemofs.store.rows import (
+    _AS_SAVED,
     _FIRST_DIRECTORY_INSIDE,
     _FIRST_MEMORY_INSIDE,
-    _KEEP_DIRECTORY,
     _MEMORY_COLS,
     _NOTHING_INSIDE,
     _STORE_AS_SEEN,
     _STORE_COUNTED,
     _STORE_LIVE,
     BY_ID_IN_STORE,
+    _as_saved,
     _Assumed,
     _decode_cursor,
     _encode_cursor,
@@ -57,23 +57,18 @@ from mnemofs.store.rows import (
 from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
 
-# PostgreSQL: a delete of a memory as this service's last save left it
-# (``MemoriesMixin._delete_as_saved``), after the store's guard: the row deleted while it has
-# the hash, path and creation of that save, its 'deleted' version, and ({keep}) the directory
-# kept, as one statement (three to five before; ~15 µs of the server's work each). No row
-# deleted is a division by zero: ``GuardFailed``, and nothing written.
-# A rename of a memory as this service's last save left it (``_rename_over_last``), after the
-# store's guard and the new path's: the row moved while it has the hash, path and creation of
-# that save, its 'renamed' version and ({keep}) the old directory kept, as one statement.
+# PostgreSQL, changes over this service's last save of a memory, after the store's guard (and
+# a rename's new path's): the row moved or deleted while it is as that save left it
+# (``_AS_SAVED``), its version written and ({keep}) the directory it leaves kept, as one
+# statement (~15 µs of the server's work per statement saved). No row changed is a division
+# by zero: ``GuardFailed``, and nothing written.
 _RENAME_AS_SAVED = (
     "WITH m AS (UPDATE memories SET path = :path, updated_at = :now, head_version_id = :version, "
-    "accessed_at = :now WHERE id = :memory AND store_id = :store AND content_sha256 = :sha "
-    "AND path = :old_path AND created_at = :created RETURNING id), "
+    f"accessed_at = :now WHERE {_AS_SAVED} RETURNING id), "
     f"v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM m"
 )
 _DELETE_AS_SAVED = (
-    "WITH d AS (DELETE FROM memories WHERE id = :memory AND store_id = :store "
-    "AND content_sha256 = :old_sha AND path = :path AND created_at = :created RETURNING id), "
+    f"WITH d AS (DELETE FROM memories WHERE {_AS_SAVED} RETURNING id), "
     f"v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM d"
 )
 
@@ -206,9 +201,7 @@ class MemoriesMixin(ServiceBase):
             params = self._version_params(
                 store_id, memory_id, "renamed", path, sha, size, now, actor
             )
-            parent = parent_prefix(last.path)
-            keep = f", k AS ({_KEEP_DIRECTORY})" if keep_directory and parent != ROOT else ""
-            was = {"old_path": last.path, "created": last.created_at, "parent": parent}
+            keep, was = _as_saved(last, keep_directory)
             tx.guard(_RENAME_AS_SAVED.format(keep=keep), params | was)
             return Memory(
                 id=MemoryId(memory_id),
@@ -302,9 +295,7 @@ class MemoriesMixin(ServiceBase):
             params = self._version_params(
                 store_id, last.id, "deleted", last.path, None, 0, now, actor
             )
-            parent = parent_prefix(last.path)
-            keep = f", k AS ({_KEEP_DIRECTORY})" if keep_directory and parent != ROOT else ""
-            was = {"old_sha": last.content_sha256, "created": last.created_at, "parent": parent}
+            keep, was = _as_saved(last, keep_directory)
             tx.guard(_DELETE_AS_SAVED.format(keep=keep), params | was)
             return self._deleted(store_id, last, params["version"], now, actor)
 

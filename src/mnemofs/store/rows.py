@@ -429,9 +429,11 @@ _NOTHING_INSIDE = (
     f"SELECT 1 / (1 - count(*))::int FROM (({_FIRST_MEMORY_INSIDE}) UNION ALL "
     f"({_FIRST_DIRECTORY_INSIDE}) LIMIT 1) AS inside"
 )
-_MEMORY_AS_SAVED = (
-    "SELECT 1 / count(*)::int FROM memories WHERE id = :id AND store_id = :store "
-    "AND content_sha256 = :sha AND path = :path AND created_at = :created"
+# The memory row a change over the last save assumes (the rows a save, a rename or a delete
+# of it changes, on PostgreSQL): still the hash, path and creation of that save (``_as_saved``).
+_AS_SAVED = (
+    "id = :memory AND store_id = :store AND content_sha256 = :was_sha AND path = :was_path "
+    "AND created_at = :was_created"
 )
 
 
@@ -458,15 +460,15 @@ class _Assumed(NamedTuple):
         )
 
 
-def _as_saved(store_id: str, last: _Assumed) -> dict[str, str]:
-    """``_MEMORY_AS_SAVED``'s parameters: the memory as ``last`` remembers it."""
-    return {
-        "id": last.id,
-        "store": store_id,
-        "sha": last.content_sha256,
-        "path": last.path,
-        "created": last.created_at,
-    }
+def _as_saved(last: _Assumed, keep_directory: bool = False) -> tuple[str, dict[str, str]]:
+    """``_AS_SAVED``'s parameters, the memory as ``last`` remembers it; with
+    ``keep_directory``, also a writable CTE that keeps the directory it leaves (``""`` when
+    that is the root) and its parameter."""
+    params = {"was_sha": last.content_sha256, "was_path": last.path, "was_created": last.created_at}
+    parent = parent_prefix(last.path)
+    if not keep_directory or parent == ROOT:
+        return "", params
+    return f", k AS ({_KEEP_DIRECTORY})", params | {"parent": parent}
 
 
 def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, str]]:

@@ -29,11 +29,13 @@ from mnemofs.paths import (
 )
 from mnemofs.store.base import _VERSION_INSERT, ServiceBase
 from mnemofs.store.rows import (
+    _AS_SAVED,
     _MEMORY_COLS,
     _STORE_WITH_ROOM,
     BY_ID_IN_STORE,
     CHANGES_CHANNEL,
     StoreLock,
+    _as_saved,
     _memories_at,
     _path_free,
     _screen,
@@ -46,8 +48,8 @@ FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a
 
 # PostgreSQL: a save over this service's last save of a memory (``_save_over_last``) as one
 # statement: the store locked and counted while its rules are the ones seen (as
-# ``_STORE_AS_SEEN``), the memory's row changed while it has the hash, path and creation of
-# that save (``_MEMORY_AS_SAVED``), its text kept and its version written. What the writes of
+# ``_STORE_AS_SEEN``), the memory's row changed while it is as that save left it
+# (``_AS_SAVED``), its text kept and its version written. What the writes of
 # ``_apply_update`` are, less the server's per-statement work: five statements took ~280 µs a
 # save in one process, this one ~220. No row changed is a division by zero: ``GuardFailed``,
 # and the statement, so the transaction, leaves nothing behind.
@@ -57,8 +59,7 @@ _SAVE_OVER_LAST = (
     "AND max_content_bytes IS NOT DISTINCT FROM :cap "
     f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)), "
     "m AS (UPDATE memories SET content_sha256 = :sha, size_bytes = :size, updated_at = :now, "
-    "head_version_id = :version, accessed_at = :now WHERE id = :memory AND store_id = :store "
-    "AND content_sha256 = :old_sha AND path = :path AND created_at = :created "
+    f"head_version_id = :version, accessed_at = :now WHERE {_AS_SAVED} "
     "AND EXISTS (SELECT 1 FROM s) RETURNING id), "
     f"c AS ({_CONTENT_INSERT}), v AS ({_VERSION_INSERT}) SELECT 1 / count(*)::int FROM m"
 )
@@ -205,7 +206,7 @@ class SavesMixin(ServiceBase):
             )
             version = VersionId(params["version"])
             rules = {"secrets": seen.secrets, "cap": seen.max_content_bytes}
-            was = {"old_sha": last.content_sha256, "created": last.created_at}
+            _, was = _as_saved(last)
             tx.guard(_SAVE_OVER_LAST, params | rules | was | {"content": new.text})
             return Memory(
                 id=MemoryId(memory_id),
