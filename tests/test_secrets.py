@@ -114,16 +114,16 @@ def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:
 
 
 def test_the_shortcuts_miss_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The screen skips a pattern when the text lacks something every match of it needs; on
-    texts that hold a match of each pattern in turn (in prose, mid-line, beside characters
-    beyond Latin-1), it finds exactly what running every pattern finds."""
+    """The screen skips a pattern when the text lacks characters (``gate``) or text
+    (``needs``) every match of it has; on texts that hold a match of each pattern in turn (in
+    prose, mid-line, beside characters beyond Latin-1, or alone), it finds exactly what running
+    every pattern finds."""
     checks = secrets._checks()
-    assert sum(needs is not None for _, _, needs, _ in checks) >= 20  # the shortcuts are on
+    assert sum(bool(c.gate) for c in checks) >= 25  # the shortcuts are on
+    assert sum(c.needs is not None for c in checks) >= 20
     rng = random.Random(17)
     texts = []
-    for _, pattern, _, _ in checks:
-        if pattern is None:
-            continue
+    for pattern in [c.pattern for c in checks if c.pattern is not None] + [secrets._OWN]:
         for i in range(12):
             token = _sample(pattern, rng)
             wide = "\u2014" if i % 3 == 1 else "\U0001f600" if i % 3 == 2 else "e"
@@ -131,8 +131,12 @@ def test_the_shortcuts_miss_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
                 f"some prose {wide}\nthe key: {token} and more\n{token}\n"
                 f"a {wide} line {token} end\n" + "x" * 300
             )
+            texts.append(token)
     shortcut = [secrets._find(text) for text in texts]
-    monkeypatch.setattr(secrets, "_checks", lambda: [(d, p, None, b) for d, p, _, b in checks])
+    monkeypatch.setattr(
+        secrets, "_checks", lambda: [c._replace(gate=frozenset(), needs=None) for c in checks]
+    )
+    monkeypatch.setattr(secrets, "_OWN_GATE", frozenset())
     everything = [secrets._find(text) for text in texts]
     assert shortcut == everything
     assert sum(bool(found) for found in everything) > len(texts) * 0.8

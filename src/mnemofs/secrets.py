@@ -18,7 +18,7 @@ import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # detect-secrets' detectors that name a credential by its shape (see the module docstring).
 DETECTORS = (
@@ -134,6 +134,28 @@ def _required_runs(pattern: Any) -> list[str]:
     return [run for run in runs if run]
 
 
+# Characters from the most common in notes, prose and code to the rarest (any character not
+# listed is rarer still): a gate tries a pattern's rarest characters first.
+_COMMON = " etaoinsrhldcu\nmfpgwyb.,v-k/_:0123456789x'\"()=jqz#*@"
+_GATE_CHARS = 3
+
+
+def _gate(pattern: Any) -> frozenset[str]:
+    """Up to ``_GATE_CHARS`` characters every match of ``pattern`` contains, the rarest;
+    none for a pattern that ignores case. Whether a text holds a character is a ``memchr``
+    (~0.05 µs for 4 KiB) where the regex engine's scan for a pattern's literal start takes
+    ~1.5 µs: a text that lacks one skips the pattern, and a screening asks the text for each
+    character of every gate once (``_gate_chars``)."""
+    if pattern.flags & re.IGNORECASE:
+        return frozenset()
+    chars = set("".join(_required_runs(pattern)))
+    rarest = sorted(chars, key=lambda c: (-_COMMON.find(c) if c in _COMMON else -len(_COMMON), c))
+    return frozenset(rarest[:_GATE_CHARS])
+
+
+_OWN_GATE = _gate(_OWN)
+
+
 @functools.cache
 def _detectors() -> list[Any]:
     """The detectors, loaded on first use (importing detect-secrets takes ~0.2 s)."""
@@ -146,21 +168,47 @@ def _detectors() -> list[Any]:
     return found
 
 
+class _Check(NamedTuple):
+    """One pattern of a detector (``pattern`` None: a detector with a check of its own, run
+    whole), and what lets a screening skip it: ``gate``, characters every match contains,
+    and ``needs``, text every match contains (searched lowercased when ``blind``)."""
+
+    detector: Any
+    pattern: Any
+    gate: frozenset[str]
+    needs: re.Pattern[str] | None
+    blind: bool
+
+
+# Detectors whose own check only filters what their patterns match (the JWT one decodes it):
+# a text that none of their patterns can match gives nothing.
+_FILTERS_ITS_MATCHES = frozenset({"JwtTokenDetector"})
+
+
 @functools.cache
-def _checks() -> list[tuple[Any, Any, re.Pattern[str] | None, bool]]:
-    """(detector, pattern, what a match needs) for every pattern of a detector that is only
-    its patterns; (detector, None, None) for one with a check of its own (JWT decodes)."""
+def _checks() -> list[_Check]:
+    """Every pattern of every detector, with its shortcuts (``_Check``)."""
     from detect_secrets.plugins.base import RegexBasedDetector
 
-    checks: list[tuple[Any, Any, re.Pattern[str] | None, bool]] = []
+    checks: list[_Check] = []
     for detector in _detectors():
         if type(detector).analyze_string is RegexBasedDetector.analyze_string:
             checks += [
-                (detector, p, _need(p), bool(p.flags & re.IGNORECASE)) for p in detector.denylist
+                _Check(detector, p, _gate(p), _need(p), bool(p.flags & re.IGNORECASE))
+                for p in detector.denylist
             ]
         else:
-            checks.append((detector, None, None, False))
+            patterns = list(getattr(detector, "denylist", ()))
+            known = type(detector).__name__ in _FILTERS_ITS_MATCHES and len(patterns) == 1
+            gate = _gate(patterns[0]) if known else frozenset()
+            checks.append(_Check(detector, None, gate, None, False))
     return checks
+
+
+@functools.cache
+def _gate_chars() -> str:
+    """Every character some gate has: a screening asks the text for each of them once."""
+    return "".join(sorted(set().union(_OWN_GATE, *(c.gate for c in _checks()))))
 
 
 def load_checks() -> None:
@@ -188,7 +236,10 @@ def _find(text: str) -> list[Finding]:
     findings: set[Finding] = set()
     lowered = text.lower()
     present: dict[tuple[re.Pattern[str], bool], bool] = {}  # a need several patterns share
-    for detector, pattern, needs, blind in _checks():
+    held = {c for c in _gate_chars() if c in text}
+    for detector, pattern, gate, needs, blind in _checks():
+        if not held >= gate:
+            continue
         if needs is not None:
             key = (needs, blind)
             if key not in present:
@@ -201,8 +252,9 @@ def _find(text: str) -> list[Finding]:
                 continue
             for line in _lines_of(text, secret):
                 findings.add(Finding(detector.secret_type, line))
-    for match in _OWN.finditer(text):
-        findings.add(Finding(OWN_KIND, text.count("\n", 0, match.start()) + 1))
+    if held >= _OWN_GATE:
+        for match in _OWN.finditer(text):
+            findings.add(Finding(OWN_KIND, text.count("\n", 0, match.start()) + 1))
     return sorted(findings, key=lambda f: (f.line, f.kind))
 
 
