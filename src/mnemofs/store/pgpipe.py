@@ -105,8 +105,13 @@ class PipelineTx(Tx):
         self._pending: list[_Pending] = []
         self._failed = False
         self._spin_s = float(getattr(conn, "spin_s", 0.0))
-        self._poller = select.poll()
-        self._poller.register(self._pg.socket, select.POLLIN)
+        # One poller per connection and socket (the socket changes only with a new connection)
+        socket = self._pg.socket
+        poller = getattr(conn, "mnemofs_poller", None)
+        if poller is None or poller[0] != socket:
+            poller = conn.mnemofs_poller = (socket, select.poll())
+            poller[1].register(socket, select.POLLIN)
+        self._poller = poller[1]
         self._pg.enter_pipeline_mode()
 
     # -- Tx ---------------------------------------------------------------------------------

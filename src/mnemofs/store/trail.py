@@ -85,7 +85,8 @@ class SearchTrail:
                     )
                     thread.start()
                     self._thread = thread
-        self._wake.set()
+        if not self._wake.is_set():  # set() takes a lock: once is enough
+            self._wake.set()
 
     def stop(self) -> None:
         """End the thread (the service closes)."""
