@@ -135,7 +135,7 @@ def _required_runs(pattern: Any) -> list[str]:
 
 
 # Characters from the most common in notes, prose and code to the rarest (any character not
-# listed is rarer still): a gate tries a pattern's rarest characters first.
+# listed is rarer still): a gate holds the rarest of a pattern's characters.
 _COMMON = " etaoinsrhldcu\nmfpgwyb.,v-k/_:0123456789x'\"()=jqz#*@"
 _GATE_CHARS = 3
 

@@ -105,7 +105,7 @@ class PipelineTx(Tx):
         self._pending: list[_Pending] = []
         self._failed = False
         self._spin_s = float(getattr(conn, "spin_s", 0.0))
-        # One poller per connection and socket (the socket changes only with a new connection)
+        # One poller per connection and socket (a socket changes only with a new connection).
         socket = self._pg.socket
         poller = getattr(conn, "mnemofs_poller", None)
         if poller is None or poller[0] != socket:
