@@ -5,6 +5,8 @@ assumption fails, nothing is written, and the careful save decides exactly as it
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +24,8 @@ from mnemofs.errors import (
 )
 from mnemofs.fs.core import MemoryFs
 from mnemofs.store import MemoryService
+
+from .conftest import pg_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
 
@@ -398,3 +402,44 @@ def test_a_temporary_file_renamed_over_the_last_save_is_one_round_trip(
     fs.rename(root.ino, "sedAbC123", root.ino, "f.md")
     assert syncs == [1]
     assert service.get_memory(store, target.memory_id).content == "y\n"
+
+
+@pytest.mark.parametrize("change", ["create", "rename"])
+def test_the_path_is_judged_after_the_store_is_locked(service: MemoryService, change: str) -> None:
+    """A one-round-trip create or rename waits for the store's lock held by a change in
+    flight elsewhere; the path it wants is judged on what that change committed (here: a file
+    made where the new path would need a directory), not on what was there before it waited."""
+    import psycopg
+
+    from mnemofs.store.engine import _libpq_uri
+
+    store = service.create_store("Race").id
+    other, _ = service.save_file(store, "/other.md", Content.from_text("other\n"))
+    mine, _ = service.save_file(store, "/mine.md", Content.from_text("mine\n"))
+    results: list[object] = []
+
+    def go() -> None:
+        try:
+            if change == "create":
+                results.append(service.save_file(store, "/x.md/new.md", Content.from_text("n\n")))
+            else:
+                results.append(service.update_memory(store, mine.id, path="/x.md/mine.md"))
+        except Exception as exc:
+            results.append(exc)
+
+    moving = psycopg.connect(_libpq_uri(pg_url()))
+    try:  # a rename elsewhere, in flight: the store locked, /other.md becoming /x.md
+        moving.execute("SELECT id FROM memory_stores WHERE id = %s FOR UPDATE", [store])
+        moving.execute("UPDATE memories SET path = '/x.md' WHERE id = %s", [other.id])
+        racing = threading.Thread(target=go)
+        racing.start()
+        time.sleep(0.5)
+        assert racing.is_alive()  # waiting for the store's lock
+        moving.commit()
+        racing.join(30)
+    finally:
+        moving.close()
+    assert len(results) == 1
+    assert isinstance(results[0], Conflict)
+    paths = sorted(m.path for m in service.list_memories(store, depth=None).data)
+    assert paths == ["/mine.md", "/x.md"]  # nothing under a file
