@@ -3,6 +3,7 @@ checkpoint never rewinds the log while writes keep coming, so ``checkpoint`` res
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -15,9 +16,16 @@ SAVES = 3000
 MIB = 1024 * 1024
 
 
-def save_loop(service: MemoryService, store: str, sizes: list[int], stop: threading.Event) -> None:
+def save_loop(
+    service: MemoryService,
+    store: str,
+    sizes: list[int],
+    stop: threading.Event,
+    count: int | None = SAVES,
+) -> None:
+    """``count`` saves (None: until ``stop``), the WAL's size noted every 20."""
     content = "x" * 2000
-    for i in range(SAVES):
+    for i in range(count) if count is not None else itertools.count():
         if stop.is_set():
             return
         service.save_file(store, f"/f{i % 50}.md", f"{i} {content}")
@@ -35,7 +43,9 @@ def test_checkpoint_cuts_the_wal_while_a_writer_commits_back_to_back(tmp_path: P
 
     def writer() -> None:
         service.defer_checkpoints()
-        save_loop(service, store, [], stop)
+        # Until told to stop: a fixed count could all be saved before the fifth checkpoint
+        # on a fast machine, and the wait below would then find the writer gone.
+        save_loop(service, store, [], stop, count=None)
 
     thread = threading.Thread(target=writer)
     thread.start()
