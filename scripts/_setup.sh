@@ -1,7 +1,7 @@
 # Sourced by scripts/run and scripts/test: install what mnemofs needs on a machine that has only
 # Python and Debian's package manager, then put the project's venv first on PATH.
 #   MNEMOFS_VENV   where the venv lives (default: .venv in the checkout)
-#   PYTHON         the Python that makes it (default: python3)
+#   PYTHON         the Python that makes it (default: see project_python)
 
 log() { printf '== %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -15,10 +15,31 @@ apt_install() {
     "$@" >/dev/null
 }
 
+# The Python the venv is made from: $PYTHON if set, else the distribution's own python3 when it
+# is 3.11 or later, else the first python3 on PATH. Debian builds its CPython with profile-guided
+# optimisation and LTO; a plain source build (pyenv's default) runs mnemofs ~15% slower, the
+# test suite 166 s against 141 (docs/decisions.md, "The interpreter").
+SYSTEM_PYTHON=/usr/bin/python3
+project_python() {
+  if [ -n "${PYTHON:-}" ]; then
+    echo "$PYTHON"
+  elif "$SYSTEM_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "$SYSTEM_PYTHON"
+  else
+    command -v python3
+  fi
+}
+
 # Debian packages: FUSE (runtime, and headers to build pyfuse3), PostgreSQL, the tools the
-# mounted tests drive, and bindfs as the benchmark's baseline.
+# mounted tests drive, bindfs as the benchmark's baseline, and the distribution Python's venv
+# module and headers when the venv is made from it.
 ensure_debian_packages() {
-  local need=() tool
+  local need=() tool include
+  if [ "$(project_python)" = "$SYSTEM_PYTHON" ]; then
+    "$SYSTEM_PYTHON" -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+    include=$("$SYSTEM_PYTHON" -c 'import sysconfig; print(sysconfig.get_path("include"))')
+    [ -e "$include/Python.h" ] || need+=(python3-dev)
+  fi
   command -v fusermount3 >/dev/null || need+=(fuse3)
   pkg-config --exists fuse3 2>/dev/null || need+=(libfuse3-dev pkg-config)
   command -v gcc >/dev/null || need+=(gcc)
@@ -29,14 +50,19 @@ ensure_debian_packages() {
   apt_install ${need[@]+"${need[@]}"}
 }
 
-# The Python environment, reinstalled only when pyproject.toml changes.
+# The Python environment, reinstalled when pyproject.toml changes and made anew when the
+# Python it is made from does.
 ensure_venv() {
-  local venv=${MNEMOFS_VENV:-$PWD/.venv} stamp want
+  local venv=${MNEMOFS_VENV:-$PWD/.venv} stamp want python made
   stamp="$venv/.mnemofs-stamp"
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing mnemofs and its test extras into $venv"
-    [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+  python=$(project_python)
+  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $python"
+  made=$(cat "$stamp" 2>/dev/null || true)
+  if [ ! -x "$venv/bin/python" ] || [ "$made" != "$want" ]; then
+    log "installing mnemofs and its test extras into $venv ($python)"
+    if [ ! -x "$venv/bin/python" ] || [ "${made#* }" != "$python" ]; then
+      "$python" -m venv --clear "$venv"
+    fi
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q -e ".[test]"
     echo "$want" > "$stamp"
