@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import platform
 import shutil
 import signal
 import statistics
@@ -446,6 +447,8 @@ def report(targets: list[Target], repeat: int, files: int) -> None:
     ratios += [("mnemofs", "baseline")]
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
     print(f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds")
+    # The mounts and the client run on this interpreter: its build moves every column.
+    print(f"Python {platform.python_version()} ({os.path.realpath(sys.executable)})")
     cols = [t.name for t in targets]
     names = [a.removeprefix("mnemofs-") + "/" + b for a, b in ratios]
     labels = [(name, max(16, len(name) + 2)) for name in names]  # (label, column width)
