@@ -1,7 +1,7 @@
 """Small-file workload on mnemofs mounts, side by side with bindfs and rclone mounts.
 
     scripts/bench [--files 2000] [--repeat 3] [--store-size 10000] [--pg [URL]] [--remote]
-                  [--against REV]
+                  [--against REV] [--only NAMES] [--each]
 
 One sequential client runs the same phases, round after round, on each target in turn phase by
 phase (so the targets compared in a ratio ran seconds apart and the machine's noise hits them
@@ -30,7 +30,7 @@ f'``, rename, delete, rmdir. Prints ops/s (median of --repeat rounds), the ratio
 and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseline when
 measured), then per
 mnemofs mount the largest SQLite ``-wal`` seen during the rounds, resident memory after them,
-and CPU used while idle.
+and CPU used while idle. ``--each`` also prints every round's ops/s of every target.
 """
 
 from __future__ import annotations
@@ -466,6 +466,15 @@ def report(targets: list[Target], repeat: int, files: int) -> None:
         print(row)
 
 
+def each_round(targets: list[Target]) -> None:
+    """Every round's ops/s beside the median: a column that moves from round to round (or is
+    bimodal from run to run) shows which rounds made it so."""
+    for t in targets:
+        print(f"\n{t.name}, each round (ops/s)")
+        for phase in t.runs[0]:
+            print(f"{phase:<20}" + "".join(f"{r[phase]:>13,.0f}" for r in t.runs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=2000)
@@ -476,6 +485,7 @@ def main() -> None:
     parser.add_argument("--against", metavar="REV", help="also mount git revision REV's code")
     parser.add_argument("--only", default="", help="comma-separated targets (default: all)")
     parser.add_argument("--dir", default="/dev/shm", help="where the work folder is made")
+    parser.add_argument("--each", action="store_true", help="also print every round's ops/s")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     work = Path(tempfile.mkdtemp(prefix="mnemofs-bench-", dir=args.dir))
@@ -521,6 +531,8 @@ def main() -> None:
             print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
         stop.set()
         report(targets, args.repeat, args.files)
+        if args.each:
+            each_round(targets)
         if other is not None:
             visibility(targets[-1].path, other)
         for note in notes:
