@@ -17,8 +17,8 @@ apt_install() {
 
 # The Python the venv is made from: $PYTHON if set, else the distribution's own python3 when it
 # is 3.11 or later, else the first python3 on PATH. Debian builds its CPython with profile-guided
-# optimisation and LTO; a plain source build (pyenv's default) runs mnemofs ~15% slower, the
-# test suite 166 s against 141 (docs/decisions.md, "The interpreter").
+# optimisation and LTO; on a plain source build (pyenv's default) mnemofs's Python runs ~15%
+# slower: the suite without mounts 166 s against 141 (docs/decisions.md, "The interpreter").
 SYSTEM_PYTHON=/usr/bin/python3
 project_python() {
   if [ -n "${PYTHON:-}" ]; then
