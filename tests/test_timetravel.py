@@ -119,6 +119,7 @@ def test_refusals(service: MemoryService) -> None:
         service.restore_store(store, "2020-01-01T00:00:00Z")
     with pytest.raises(InvalidRequest, match="RFC 3339"):
         service.restore_store(store, "yesterday")
+    time.sleep(0.002)  # times have milliseconds: the second version must come after ``at``
     service.update_memory(store, memory.id, content="second\n")
     service.redact_version(store, memory.memory_version_id)
     with pytest.raises(InvalidRequest, match="was redacted"):
