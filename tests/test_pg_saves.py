@@ -351,6 +351,7 @@ def test_a_memory_made_again_under_its_id_is_saved_as_it_is_now(
     store = service.create_store("Again").id
     memory, _ = service.save_file(store, "/f.md", Content.from_text("kept\n"))
     before = elsewhere.list_versions(store).data[0].created_at
+    time.sleep(0.002)  # times have milliseconds: the delete and the new creation come after
     elsewhere.delete_memory(store, memory.id)
     elsewhere.restore_store(store, before)
     again = elsewhere.get_memory(store, memory.id)
