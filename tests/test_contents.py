@@ -61,6 +61,7 @@ def test_a_text_goes_when_nothing_names_it(service: MemoryService) -> None:
     assert service.get_memory(store, twin.id).content == "twin\n"
     service.delete_memory(store, twin.id)  # a version still names it
     assert texts(service, store) == ["last\n", "twin\n"]
+    time.sleep(0.002)  # times have milliseconds: what came before is older than now
     assert service.prune_versions(store, older_than_days=0, keep_last=1) > 0
     assert texts(service, store) == ["last\n"]  # only pruned versions named twin's
     assert service.check().problems == []

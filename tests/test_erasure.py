@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ def test_sqlite_erasing_operations_leave_no_trace(tmp_path: Path) -> None:
     service.update_memory(store, secret.id, content="and gone\n")
     service.checkpoint(force=True)
     assert traces(db)
+    time.sleep(0.002)  # times have milliseconds: what came before is older than now
     assert service.prune_versions(store, older_than_days=0, keep_last=1) > 0
     assert traces(db) == []
 
