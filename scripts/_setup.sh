@@ -16,29 +16,37 @@ apt_install() {
 }
 
 # The Python the venv is made from: $PYTHON if set, else the distribution's own python3 when it
-# is 3.11 or later, else the first python3 on PATH. Debian builds its CPython with profile-guided
-# optimisation and LTO; on a plain source build (pyenv's default) mnemofs's Python runs ~15%
-# slower: the suite without mounts 166 s against 141 (docs/decisions.md, "The interpreter").
+# is 3.11 or later and can make a venv that builds pyfuse3 (or root can install what it lacks:
+# ensure_debian_packages), else the first python3 on PATH. Debian builds its CPython with
+# profile-guided optimisation and LTO; on a plain source build (pyenv's default) mnemofs's
+# Python runs ~15% slower: the suite without mounts 166 s against 141 (docs/decisions.md, "The
+# interpreter").
 SYSTEM_PYTHON=/usr/bin/python3
 project_python() {
   if [ -n "${PYTHON:-}" ]; then
     echo "$PYTHON"
-  elif "$SYSTEM_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  elif "$SYSTEM_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+    && { [ "$(id -u)" = 0 ] || system_python_complete; }; then
     echo "$SYSTEM_PYTHON"
   else
     command -v python3
   fi
 }
 
+# Has the distribution's Python its venv module and its headers (python3-venv, python3-dev)?
+system_python_complete() {
+  "$SYSTEM_PYTHON" -c 'import ensurepip, os, sysconfig
+raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h")))' \
+    2>/dev/null
+}
+
 # Debian packages: FUSE (runtime, and headers to build pyfuse3), PostgreSQL, the tools the
 # mounted tests drive, bindfs as the benchmark's baseline, and the distribution Python's venv
 # module and headers when the venv is made from it.
 ensure_debian_packages() {
-  local need=() tool include
-  if [ "$(project_python)" = "$SYSTEM_PYTHON" ]; then
-    "$SYSTEM_PYTHON" -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
-    include=$("$SYSTEM_PYTHON" -c 'import sysconfig; print(sysconfig.get_path("include"))')
-    [ -e "$include/Python.h" ] || need+=(python3-dev)
+  local need=() tool
+  if [ "$(project_python)" = "$SYSTEM_PYTHON" ] && ! system_python_complete; then
+    need+=(python3-venv python3-dev)
   fi
   command -v fusermount3 >/dev/null || need+=(fuse3)
   pkg-config --exists fuse3 2>/dev/null || need+=(libfuse3-dev pkg-config)
