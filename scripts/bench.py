@@ -303,6 +303,14 @@ class Bench:
         path = Path(db) if "://" not in db else None
         return Target(name, root / "bench", pid=proc.pid, db=path), ready
 
+    def database(self, name: str) -> str:
+        """A SQLite database in a folder of its own: a mount watches its database's folder
+        (inotify), and every write to a watched folder costs the writer, so mounts sharing one
+        would tax each other's saves."""
+        folder = self.work / f"{name}-db"
+        folder.mkdir()
+        return str(folder / "mnemofs.sqlite")
+
     def code_of(self, rev: str) -> Path:
         """The ``src/`` of git revision ``rev`` of this checkout, exported into the work
         folder (``git archive``: no worktree to clean up)."""
@@ -500,14 +508,14 @@ def main() -> None:
         if want("rclone") and shutil.which("rclone"):
             targets.append(bench.rclone())
         if want("mnemofs"):
-            targets.append(bench.mnemofs("mnemofs", str(work / "db.sqlite"))[0])
+            targets.append(bench.mnemofs("mnemofs", bench.database("mnemofs"))[0])
         if args.against and want("baseline"):
             code = bench.code_of(args.against)
-            targets.append(bench.mnemofs("baseline", str(work / "baseline.sqlite"), code=code)[0])
+            targets.append(bench.mnemofs("baseline", bench.database("baseline"), code=code)[0])
         if args.store_size and want("mnemofs-full"):
             start = time.monotonic()
             full, ready = bench.mnemofs(
-                "mnemofs-full", str(work / "full.sqlite"), args.store_size, args.files
+                "mnemofs-full", bench.database("full"), args.store_size, args.files
             )
             notes.append(
                 f"mnemofs-full: {args.store_size:,} memories filled and mounted in "

@@ -218,6 +218,31 @@ def test_commit_files_hear_every_sqlite_commit(tmp_path: Path) -> None:
         service.close()
 
 
+def test_a_paused_watch_hears_nothing_until_it_resumes(tmp_path: Path) -> None:
+    """A mount pauses its watch while writes go on (each watched write costs the writer):
+    paused, a commit is not heard and what was heard before is forgotten; resumed, the next
+    commit is heard again."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'w.db'}"), actor="a")
+    store = service.create_store("Watched").id
+    watch = FileWatch(service.commit_files())
+    try:
+        assert watch.listening
+        service.create_memory(store, "/heard.md", "x")
+        watch.pause()  # forgets the event of that commit
+        assert not watch.listening
+        service.create_memory(store, "/unheard.md", "x")
+        assert select.select([watch], [], [], 0.2)[0] == []
+        watch.resume()
+        assert watch.listening
+        assert select.select([watch], [], [], 0)[0] == []
+        service.create_memory(store, "/heard-again.md", "x")
+        assert select.select([watch], [], [], 1.0)[0] == [watch]
+        assert watch.drain() is True
+    finally:
+        watch.close()
+        service.close()
+
+
 def test_save_file_targets_the_memory_then_the_path_then_creates(
     service: MemoryService, store_id: str
 ) -> None:

@@ -1,9 +1,12 @@
 """The SQLite WAL stays bounded under a steady stream of saves (issue 11): a passive
-checkpoint never rewinds the log while writes keep coming, so ``checkpoint`` restarts it."""
+checkpoint never rewinds the log while writes keep coming, so ``checkpoint`` restarts it. And a
+busy mount does not make every write to it pay for an inotify watch (issue 17)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import threading
 import time
 from pathlib import Path
@@ -11,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from mnemofs.store import MemoryService, make_engine, wal
+
+from .mounted import mounted, wait_for
 
 SAVES = 3000
 MIB = 1024 * 1024
@@ -176,5 +181,58 @@ def test_background_work_steps_aside_for_a_waiting_writer(tmp_path: Path) -> Non
             thread.join()
             assert not got_it_back  # the waiting writer had it first
             assert inside.is_set()
+    finally:
+        service.close()
+
+
+def _inotify_watches(pid: int) -> int:
+    """How many inotify watches the process holds (its fds' ``fdinfo`` lists each one)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        with contextlib.suppress(OSError):
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+            count += sum(line.startswith("inotify wd:") for line in info.splitlines())
+    return count
+
+
+@pytest.mark.mounted
+def test_a_busy_sqlite_mount_stops_listening_and_still_sees_changes(tmp_path: Path) -> None:
+    """Inotify makes every write to the database's files pay for the watch (~25 µs a commit),
+    so while writes go on a mount on SQLite looks for changes every 50 ms without its watch,
+    and listens again once they stop. Changes made elsewhere show within a second throughout."""
+    url = f"sqlite:///{tmp_path / 'busy.db'}"
+    service = MemoryService(make_engine(url), actor="api")
+    store = service.create_store("Busy").id
+    session = service.create_session([{"memory_store_id": store}])
+    stop = threading.Event()
+
+    def write(root: Path) -> None:
+        i = 0
+        while not stop.is_set():
+            (root / f"w{i % 20}.md").write_text(f"save {i}\n")
+            i += 1
+
+    try:
+        with mounted(url, session.id, tmp_path / "mnt") as daemon:
+            root, pid = daemon.root / "busy", daemon.process.pid
+            assert wait_for(lambda: _inotify_watches(pid) == 1, timeout=3.0)  # idle: listening
+            writer = threading.Thread(target=write, args=(root,))
+            writer.start()
+            try:
+                time.sleep(0.2)
+                samples = []
+                for _ in range(10):
+                    samples.append(_inotify_watches(pid))
+                    time.sleep(0.05)
+                # It listens again once a second and hears the next save at once.
+                assert samples.count(0) >= 8, samples
+                service.create_memory(store, "/elsewhere.md", "during\n", actor="cli")
+                assert wait_for((root / "elsewhere.md").exists, timeout=1.0)
+            finally:
+                stop.set()
+                writer.join()
+            assert wait_for(lambda: _inotify_watches(pid) == 1, timeout=3.0)
+            service.create_memory(store, "/after.md", "after\n", actor="cli")
+            assert wait_for((root / "after.md").exists, timeout=0.5)
     finally:
         service.close()

@@ -3,9 +3,10 @@ SQLite file (``FileWatch``), and tell the sync worker which local files changed 
 
 Every SQLite commit writes the database's ``-wal`` file (WAL mode) or the database file itself,
 so a watch on their directory hears each commit from any process on the host the moment it
-happens, and costs nothing while nobody writes. ``PRAGMA data_version`` then says whether the
-commit was someone else's. Python has no inotify in its standard library; three libc calls via
-ctypes are all this needs. Where inotify is missing (not Linux, an exotic filesystem) the mount
+happens, and costs nothing while nobody writes (each write pays while it is there: a watcher
+pauses it while writes go on). ``PRAGMA data_version`` then says whether the commit was someone
+else's. Python has no inotify in its standard library; four libc calls via ctypes are all this
+needs. Where inotify is missing (not Linux, an exotic filesystem) the mount
 falls back to polling.
 """
 
@@ -38,23 +39,51 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 
 class FileWatch:
     """Hear writes to some files of one directory: wait until ``fileno()`` is readable, then
-    ``drain()`` says whether any of them was written."""
+    ``drain()`` says whether any of them was written.
+
+    The kernel queues an event for every ``write`` to a watched directory's files, and the
+    writer pays for it: a SQLite commit is ~30 writes to its ``-wal`` file, and a watch on the
+    directory made a commit in one process ~25 µs slower (a create 180 -> 213 µs, a delete
+    91 -> 116), whoever watches. ``pause()`` takes the watch away (nothing is heard) and
+    ``resume()`` puts it back, so that a watcher can listen only while writes are rare."""
+
+    MASK = IN_MODIFY | IN_CREATE | IN_MOVED_TO
 
     def __init__(self, paths: list[str]) -> None:
         if not paths:
             raise OSError(errno.EINVAL, "nothing to watch")
-        directory = os.path.dirname(paths[0])
+        self.directory = os.path.dirname(paths[0])
         self.names = {os.fsencode(os.path.basename(p)) for p in paths}
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd: int = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        fd: int = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd = fd
-        mask = IN_MODIFY | IN_CREATE | IN_MOVED_TO
-        if libc.inotify_add_watch(fd, os.fsencode(directory), mask) < 0:
-            code = ctypes.get_errno()
+        self._wd: int | None = None
+        try:
+            self.resume()
+        except OSError:
             os.close(fd)
-            raise OSError(code, f"cannot watch {directory}")
+            raise
+
+    @property
+    def listening(self) -> bool:
+        return self._wd is not None
+
+    def resume(self) -> None:
+        """Hear writes again (from now on: what was written while paused was not heard)."""
+        if self._wd is None:
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(self.directory), self.MASK)
+            if wd < 0:
+                raise OSError(ctypes.get_errno(), f"cannot watch {self.directory}")
+            self._wd = wd
+
+    def pause(self) -> None:
+        """Stop hearing writes, and forget what was heard and not drained."""
+        if self._wd is not None:
+            self._libc.inotify_rm_watch(self.fd, self._wd)
+            self._wd = None
+        self.drain()
 
     def fileno(self) -> int:
         return self.fd

@@ -44,11 +44,15 @@ SQLITE_FALLBACK_S = 1.0  # SQLite with inotify: a look even if nothing was heard
 # refreshes a second (measured with 4 mounts on 2 cores: looking after every commit took 40%
 # of the writers' throughput).
 LOOK_INTERVAL_S = 0.05
-# Inotify (SQLite) and NOTIFY (PostgreSQL) wake the watcher for this mount's own commits too; a
-# look that found nothing new is followed by this pause, so own saves wake it at most 200 times
-# a second (A/B runs of 1,000 saves/s put the cost of a wakeup per save at 0-15%, inside this
-# machine's noise).
+# NOTIFY (PostgreSQL) wakes the watcher for this mount's own commits too; a look that found
+# nothing new is followed by this pause, so own saves wake it at most 200 times a second (A/B
+# runs of 1,000 saves/s put the cost of a wakeup per save at 0-15%, inside this machine's noise).
 QUIET_LOOK_PAUSE_S = 0.005
+# SQLite: inotify taxes every write to the watched files (~25 µs a commit, see FileWatch), so a
+# write heard pauses the watch, and the watcher looks every LOOK_INTERVAL_S instead until this
+# long has passed; then it listens again. A burst of this mount's saves (or anyone's) is taxed
+# about once a second, and an idle mount still hears the first change at once.
+BUSY_LOOKS_S = 1.0
 PROMOTE_INTERVAL_S = 0.25  # how often temp files left alone are looked at
 PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
 # A save writes ~15 pages to the SQLite WAL: at 1,500 saves/s that is ~90 MB/s, so a look every
@@ -93,14 +97,16 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
     PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
     listening connection breaks we poll until it can be made again). On SQLite inotify wakes
     us when any process writes the database's files, and ``data_version`` then tells within
-    microseconds whether someone else committed (without inotify: a look every
-    ``POLL_INTERVAL_S``). While the database is unreachable, FUSE requests that need it fail at
+    microseconds whether someone else committed; while writes go on we look every
+    ``LOOK_INTERVAL_S`` instead of listening (``BUSY_LOOKS_S``); without inotify, a look every
+    ``POLL_INTERVAL_S``. While the database is unreachable, FUSE requests that need it fail at
     once with EIO and this task tries to reach it from a worker thread; once back, it catches
     up on every change.
     """
     watched = {m.store_id for m in fs.mounts}
     listener = _listen(service)
     commits = _watch_commits(service) if listener is None else None
+    heard = trio.current_time()  # when ``commits`` last heard a write (and was paused)
     seen = service.data_version()
     promoted = time.monotonic()
     looked = trio.current_time()
@@ -129,15 +135,20 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
                             await trio.sleep_until(looked + LOOK_INTERVAL_S)
                             changed = bool(listener.drain() & watched)
                     else:
-                        if commits is not None:
-                            if not changed_last:  # our own commits wake us too: pace them
-                                await trio.sleep(QUIET_LOOK_PAUSE_S)
+                        if commits is None:
+                            await trio.sleep(POLL_INTERVAL_S)
+                        elif commits.listening:
                             with trio.move_on_after(SQLITE_FALLBACK_S):
                                 await trio.lowlevel.wait_readable(commits.fileno())
+                                # Someone writes (this mount, likely): look every
+                                # LOOK_INTERVAL_S for a while instead of taxing every write.
+                                commits.pause()
+                                heard = trio.current_time()
                                 await trio.sleep_until(looked + LOOK_INTERVAL_S)
-                                commits.drain()
                         else:
-                            await trio.sleep(POLL_INTERVAL_S)
+                            await trio.sleep(LOOK_INTERVAL_S)
+                            if trio.current_time() - heard >= BUSY_LOOKS_S:
+                                commits = _resume(commits)  # the look below sees what came before
                         version = service.data_version()
                         changed = version is None or version != seen
                         seen = version
@@ -153,7 +164,7 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
                 if changed:
                     # Only a look that found news counts toward LOOK_INTERVAL_S: a commit is
                     # heard at its first write, often before it is visible, and the look that
-                    # finds nothing is microseconds; its last write is heard again.
+                    # finds nothing is microseconds; the looks that follow it see the commit.
                     looked = trio.current_time()
                     await drop_caches(fs.refresh())
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
@@ -168,6 +179,17 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
             listener.close()
         if commits is not None:
             commits.close()
+
+
+def _resume(commits: FileWatch) -> FileWatch | None:
+    """Listen again; None (look every ``POLL_INTERVAL_S`` from now on) if that fails."""
+    try:
+        commits.resume()
+    except OSError as exc:
+        log.warning("cannot watch %s again (%s); polling", commits.directory, exc)
+        commits.close()
+        return None
+    return commits
 
 
 def _watch_commits(service: Backend) -> FileWatch | None:
