@@ -6,8 +6,8 @@ so a watch on their directory hears each commit from any process on the host the
 happens, and costs nothing while nobody writes (each write pays while it is there: a watcher
 pauses it while writes go on). ``PRAGMA data_version`` then says whether the commit was someone
 else's. Python has no inotify in its standard library; four libc calls via ctypes are all this
-needs. Where inotify is missing (not Linux, an exotic filesystem) the mount
-falls back to polling.
+needs. Where inotify is missing (not Linux, an exotic filesystem) the mount falls back to
+polling.
 """
 
 from __future__ import annotations
