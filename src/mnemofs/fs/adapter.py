@@ -89,6 +89,9 @@ class Adapter(pyfuse3.Operations):
         self.owner = owner
         self.uid = owner.uid
         self.gid = owner.gid
+        # Modes by writability (False, True): every reply with attributes needs one.
+        self._dir_modes = tuple(stat.S_IFDIR | owner.dir_mode(w) for w in (False, True))
+        self._file_modes = tuple(stat.S_IFREG | owner.file_mode(w) for w in (False, True))
 
     def _refused(self, exc: Exception, what: str, ino: int, name: bytes | None = None) -> Any:
         """The FUSEError for a refused change, noted in ``.mnemofs/refusals`` first."""
@@ -114,21 +117,23 @@ class Adapter(pyfuse3.Operations):
     # -- attributes -----------------------------------------------------------------------------
 
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
+        """A node's attributes as a reply carries them (a listing asks for every entry's)."""
         entry = pyfuse3.EntryAttributes()
         writable = node.mount is not None and node.mount.writable and node.history is None
         if node.is_dir:
-            entry.st_mode = stat.S_IFDIR | self.owner.dir_mode(writable)
+            entry.st_mode = self._dir_modes[writable]
             entry.st_nlink = 2 + node.subdirs
-            entry.st_size = 4096
+            size = 4096
         else:
-            entry.st_mode = stat.S_IFREG | self.owner.file_mode(writable)
+            entry.st_mode = self._file_modes[writable]
             entry.st_nlink = 0 if node.unlinked else 1
-            entry.st_size = node.current_size
+            size = node.current_size
+        entry.st_size = size
+        entry.st_blocks = (size + 511) // 512
         entry.st_ino = node.ino
         entry.st_uid = self.uid
         entry.st_gid = self.gid
         entry.st_blksize = 4096
-        entry.st_blocks = (entry.st_size + 511) // 512
         entry.st_atime_ns = node.atime_ns or node.mtime_ns
         entry.st_mtime_ns = node.mtime_ns
         entry.st_ctime_ns = node.ctime_ns
@@ -216,8 +221,9 @@ class Adapter(pyfuse3.Operations):
             if start_id < 2 and not pyfuse3.readdir_reply(token, b"..", self.attrs(up), 2):
                 return
             for name, node in self.fs.readdir(fh, max(start_id - 2, 0)):
-                offset = node.ino + 2
-                if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attrs(node), offset):
+                # Names came in through decode_name (UTF-8); os.fsencode says the same slower.
+                raw = name.encode("utf-8", "surrogateescape")
+                if not pyfuse3.readdir_reply(token, raw, self.attrs(node), node.ino + 2):
                     break
                 self.fs.looked_up(node)
         except Exception as exc:
