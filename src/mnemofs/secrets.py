@@ -59,22 +59,38 @@ class Finding:
         return f"{self.kind} on line {self.line}"
 
 
+class _Literal:
+    """A need that is plain text: ``in`` finds it in 4 KiB faster than the regex engine does
+    (0.5 against 1.3 µs for ``aws``), and a screening asks for several."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def search(self, haystack: str) -> str | None:
+        return self.text if self.text in haystack else None
+
+
+_Need = re.Pattern[str] | _Literal
+
+
 # Speed, not detection: the library's slowest patterns begin with a character class or are
 # case-insensitive, so the regex engine tries them at every position (up to 150 µs each for
 # 4 KiB). Each match must contain something that starts with a literal, which the engine finds
 # fast; a text without it cannot match, and the pattern is skipped. Keyed by the library's own
 # pattern text: a pattern this table does not know (a new release) always runs, so an update
 # can make a save slower, never a secret missed.
-_NEEDS: dict[str, re.Pattern[str]] = {
+_NEEDS: dict[str, _Need] = {
     r"[0-9a-z]{32}-us[0-9]{1,2}": re.compile(r"-us[0-9]"),
     r"\d{8,10}:[0-9A-Za-z_-]{35}": re.compile(r":[0-9A-Za-z_-]{35}"),
-    r"xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+": re.compile(r"xox"),
+    r"xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+": _Literal("xox"),
     r"[MNO][a-zA-Z\d_-]{23,25}\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}": re.compile(
         r"\.[a-zA-Z\d_-]{6}\."
     ),
-    r"(?:r|s)k_live_[0-9a-zA-Z]{24}": re.compile(r"k_live_"),
-    r"https://hooks\.slack\.com/services/T[a-zA-Z0-9_]+/B[a-zA-Z0-9_]+/[a-zA-Z0-9_]+": re.compile(
-        r"hooks\.slack\.com"
+    r"(?:r|s)k_live_[0-9a-zA-Z]{24}": _Literal("k_live_"),
+    r"https://hooks\.slack\.com/services/T[a-zA-Z0-9_]+/B[a-zA-Z0-9_]+/[a-zA-Z0-9_]+": _Literal(
+        "hooks.slack.com"
     ),
 }
 _AWS_NAMED = "aws.{0,20}?"  # the named-secret pattern of the AWS detector begins so
@@ -88,14 +104,15 @@ OWN_KIND = "mnemofs API key or session token"
 # A screening is one scan of the text per pattern (~1.3 µs per 4 KiB, twice that when the text
 # is not Latin-1); these leave one scan for six private keys, one for six GitLab tokens and
 # one for two PyPI tokens.
-_SHARED = {text: re.compile(re.escape(text)) for text in ("PRIVATE KEY", "gl", "pypi-AgE")}
+_SHARED = {text: _Literal(text) for text in ("PRIVATE KEY", "gl", "pypi-AgE")}
+_AWS_NEED = _Literal("aws")
 
 
-def _need(pattern: Any) -> re.Pattern[str] | None:
+def _need(pattern: Any) -> _Need | None:
     """What a match of ``pattern`` must contain; searched in the lowercased text when the
     pattern ignores case (a case-blind search of a literal is as slow as the pattern)."""
     if pattern.pattern.startswith(_AWS_NAMED):
-        return re.compile(r"aws")
+        return _AWS_NEED
     if pattern.pattern in _NEEDS:
         return _NEEDS[pattern.pattern]
     if not pattern.flags & re.IGNORECASE:
@@ -176,7 +193,7 @@ class _Check(NamedTuple):
     detector: Any
     pattern: Any
     gate: frozenset[str]
-    needs: re.Pattern[str] | None
+    needs: _Need | None
     blind: bool
 
 
@@ -235,7 +252,7 @@ def find_secrets(text: str, *, known: str | None = None) -> list[Finding]:
 def _find(text: str) -> list[Finding]:
     findings: set[Finding] = set()
     lowered = text.lower()
-    present: dict[tuple[re.Pattern[str], bool], bool] = {}  # a need several patterns share
+    present: dict[tuple[_Need, bool], bool] = {}  # a need several patterns share
     held = {c for c in _gate_chars() if c in text}
     for detector, pattern, gate, needs, blind in _checks():
         if not held >= gate:
