@@ -236,3 +236,24 @@ def test_a_busy_sqlite_mount_stops_listening_and_still_sees_changes(tmp_path: Pa
             assert wait_for((root / "after.md").exists, timeout=0.5)
     finally:
         service.close()
+
+
+def test_a_watch_that_cannot_listen_again_gives_way_to_polling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The folder went away while the watch was paused: the mount says so and polls from then
+    on (``_resume`` gives None) instead of failing its watcher at every look."""
+    from mnemofs.fs.mount import _resume
+    from mnemofs.inotify import FileWatch
+
+    folder = tmp_path / "db"
+    folder.mkdir()
+    watch = FileWatch([str(folder / "m.db-wal"), str(folder / "m.db")])
+    watch.pause()
+    folder.rmdir()
+    with caplog.at_level("WARNING", logger="mnemofs.mount"):
+        assert _resume(watch) is None
+    assert "cannot watch" in caplog.text
+    assert "polling" in caplog.text
+    with pytest.raises(OSError):  # closed: nothing left open
+        os.fstat(watch.fileno())
