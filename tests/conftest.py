@@ -7,6 +7,7 @@ missing server is never mistaken for a pass; a developer may opt out with ``MNEM
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,19 +121,23 @@ def mount_via(request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Round trips of each PostgreSQL write transaction (store/pgpipe.py), one count per
-    transaction, in the order they ran."""
+    """Round trips of each PostgreSQL write transaction (store/pgpipe.py) the test's own
+    thread makes, one count per transaction, in the order they ran (not the notices a
+    service's thread sends after them, store/notices.py)."""
     from mnemofs.store.pgpipe import PipelineTx
 
     counts: list[int] = []
     real_sync, real_init = PipelineTx._sync, PipelineTx.__init__
+    test_thread = threading.current_thread()
 
     def init(self: PipelineTx, *args: Any) -> None:
         real_init(self, *args)
-        counts.append(0)
+        if threading.current_thread() is test_thread:
+            counts.append(0)
 
     def sync(self: PipelineTx) -> None:
-        counts[-1] += 1
+        if threading.current_thread() is test_thread:
+            counts[-1] += 1
         real_sync(self)
 
     monkeypatch.setattr(PipelineTx, "__init__", init)

@@ -408,7 +408,8 @@ def test_writers_on_several_threads_start_one_trailer(
         writer.start()
     for writer in writers:
         writer.join()
-    assert len(started) == 1
+    # (On PostgreSQL the thread that tells mounts of changes starts here too: not counted.)
+    assert [t.name for t in started if t.name != "mnemofs-notices"] == ["mnemofs-search-index"]
 
 
 def test_a_mount_upkeep_catches_up_once_writes_pause(

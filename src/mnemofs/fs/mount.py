@@ -44,9 +44,10 @@ SQLITE_FALLBACK_S = 1.0  # SQLite with inotify: a look even if nothing was heard
 # refreshes a second (measured with 4 mounts on 2 cores: looking after every commit took 40%
 # of the writers' throughput).
 LOOK_INTERVAL_S = 0.05
-# NOTIFY (PostgreSQL) wakes the watcher for this mount's own commits too; a look that found
-# nothing new is followed by this pause, so own saves wake it at most 200 times a second (A/B
-# runs of 1,000 saves/s put the cost of a wakeup per save at 0-15%, inside this machine's noise).
+# NOTIFY (PostgreSQL) wakes the watcher for this mount's own commits too (told after them, at
+# most every 50 ms: store/notices.py; dropped by their sender's pid); a look that found nothing
+# new is followed by this pause, so own saves wake it at most 200 times a second (A/B runs of
+# 1,000 saves/s put the cost of a wakeup per save at 0-15%, inside this machine's noise).
 QUIET_LOOK_PAUSE_S = 0.005
 # SQLite: inotify taxes every write to the watched files (~25 µs a commit, see FileWatch), so a
 # write heard pauses the watch, and the watcher looks every LOOK_INTERVAL_S instead until this

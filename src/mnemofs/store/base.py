@@ -44,7 +44,6 @@ from mnemofs.store.rows import (
     _VERSION_COLS,
     ACCESS_FLUSH_S,
     BY_ID_IN_STORE,
-    CHANGES_CHANNEL,
     StoreLock,
     _access,
     _Assumed,
@@ -189,10 +188,8 @@ class ServiceBase:
         if room_for is not None:
             sql += " AND memory_count < COALESCE(max_memories, :max)"
         returned = "secrets, memory_count, max_content_bytes, pool_id, max_memories"
-        if tx.dialect == "postgresql":  # tell listening mounts, in the same round trip
-            sql += f" RETURNING pg_notify('{CHANGES_CHANNEL}', id), {returned}"
-        else:
-            sql += f" RETURNING {returned}"
+        sql += f" RETURNING {returned}"
+        tx.tell(store_id)  # once committed (PostgreSQL)
         params = {"delta": count_delta, "id": store_id, "max": limits.MAX_MEMORIES_PER_STORE}
         sent = tx.ahead(sql, params)
         return lambda: self._counted(tx, store_id, count_delta, room_for, sent())
@@ -205,7 +202,7 @@ class ServiceBase:
         SQLite the UPDATE returns no row: a row count says it matched, ~10 µs less on a delete
         (decisions.md, issue 17). Call the result, as ``_lock_and_count``'s, before relying
         on the lock: on PostgreSQL that is where a missing or archived store is refused."""
-        if tx.dialect == "postgresql":  # the RETURNING carries the NOTIFY
+        if tx.dialect == "postgresql":  # its answer waits for the next round trip
             return self._lock_and_count(tx, store_id, count_delta, archived_ok=archived_ok)
         sql = (
             "UPDATE memory_stores SET memory_count = memory_count + :delta, "
@@ -277,10 +274,9 @@ class ServiceBase:
 
     @staticmethod
     def _notify(tx: Tx, store_id: str) -> None:
-        """Tell listening mounts (PostgreSQL) that the store changed; sent at commit, once per
-        transaction however often it is called."""
-        if tx.dialect == "postgresql":
-            tx.run(f"SELECT pg_notify('{CHANGES_CHANNEL}', :store)", {"store": store_id})
+        """Tell listening mounts (PostgreSQL) that the store changed, once this transaction
+        has committed (store/notices.py)."""
+        tx.tell(store_id)
 
     def _memory_row(self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False) -> Any:
         return self._memory_ahead(tx, store_id, memory_id, content=content)()

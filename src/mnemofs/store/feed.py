@@ -20,11 +20,11 @@ from mnemofs.models import (
 from mnemofs.secrets import load_checks
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.check import CheckReport, check
+from mnemofs.store.notices import CHANGES_CHANNEL
 from mnemofs.store.rows import (
     _MEMORY_COLS,
     _STORE_COLS,
     _VERSION_COLS,
-    CHANGES_CHANNEL,
     _memory,
     _placeholders,
     _store,

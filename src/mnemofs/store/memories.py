@@ -195,6 +195,7 @@ class MemoriesMixin(ServiceBase):
 
         def run(tx: Tx) -> Memory:
             tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
+            tx.tell(store_id)
             tx.guard(*free)  # its own statement: judged after the store's lock (decisions.md)
             now = utc_now()
             sha, size = last.content_sha256, last.size_bytes
@@ -291,6 +292,7 @@ class MemoriesMixin(ServiceBase):
 
         def run(tx: Tx) -> MemoryVersion:
             tx.guard(_STORE_COUNTED.format(live=live), {"store": store_id, "delta": -1})
+            tx.tell(store_id)
             now = utc_now()
             params = self._version_params(
                 store_id, last.id, "deleted", last.path, None, 0, now, actor
@@ -470,6 +472,7 @@ class MemoriesMixin(ServiceBase):
 
             def guarded(tx: Tx) -> MemoryPrefix:
                 tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
+                tx.tell(store_id)
                 tx.guard(*free)
                 return insert(tx)
 
@@ -495,6 +498,7 @@ class MemoriesMixin(ServiceBase):
             # One round trip, as mkdir (there): a live store, nothing inside, one row removed.
             def guarded(tx: Tx) -> None:
                 tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
+                tx.tell(store_id)
                 tx.guard(_NOTHING_INSIDE, params)
                 tx.guard(f"WITH d AS ({remove}) SELECT 1 / count(*)::int FROM d", params)
 

@@ -92,7 +92,16 @@ class PipelineTx(Tx):
     """A write transaction on PostgreSQL (see the module docstring): ``Tx``'s methods, with
     every statement queued until one needs an answer."""
 
-    __slots__ = ("_conn", "_failed", "_pending", "_pg", "_poller", "_prepared", "_spin_s")
+    __slots__ = (
+        "_conn",
+        "_failed",
+        "_pending",
+        "_pg",
+        "_poller",
+        "_prepared",
+        "_spin_s",
+        "told",
+    )
 
     def __init__(self, db: Statements, conn: Any) -> None:
         super().__init__(db, None)
@@ -104,6 +113,7 @@ class PipelineTx(Tx):
         self._prepared: dict[bytes, bytes] = prepared
         self._pending: list[_Pending] = []
         self._failed = False
+        self.told: set[str] = set()  # the stores to tell of once committed (Tx.tell)
         self._spin_s = float(getattr(conn, "spin_s", 0.0))
         # One poller per connection and socket (a socket changes only with a new connection).
         socket = self._pg.socket
@@ -118,6 +128,9 @@ class PipelineTx(Tx):
 
     def run(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._send(sql, params)
+
+    def tell(self, store_id: str) -> None:
+        self.told.add(store_id)
 
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         sent = self._send(sql, params)

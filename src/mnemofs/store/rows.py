@@ -39,8 +39,6 @@ from mnemofs.paths import ROOT, ancestor_prefixes, parent_prefix, prefix_upper_b
 from mnemofs.secrets import find_secrets
 from mnemofs.store.tx import Tx
 
-CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
-
 JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
 
 EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
@@ -396,7 +394,7 @@ _STORE_AS_SEEN = (
     "WITH s AS (UPDATE memory_stores SET revision = revision + 1 WHERE id = :store "
     "AND archived_at IS NULL AND secrets = :secrets "
     "AND max_content_bytes IS NOT DISTINCT FROM :cap "
-    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
+    "RETURNING id) SELECT 1 / count(*)::int FROM s"
 )
 # A create in a store as seen (``SavesMixin._create_as_seen``): counted only while it has the
 # same rules, room by its own cap, and no capacity pool (whose evictions take the careful way).
@@ -405,14 +403,14 @@ _STORE_WITH_ROOM = (
     "revision = revision + 1 WHERE id = :store AND archived_at IS NULL AND secrets = :secrets "
     "AND max_content_bytes IS NOT DISTINCT FROM :cap AND pool_id IS NULL "
     "AND memory_count < COALESCE(max_memories, :max) "
-    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
+    "RETURNING id) SELECT 1 / count(*)::int FROM s"
 )
 # mkdir, rmdir and a delete on PostgreSQL (``MemoriesMixin``): the store's row locked and
 # counted as ``_lock_and_count`` does, live unless ``archived_ok`` (a delete through the API).
 _STORE_COUNTED = (
     "WITH s AS (UPDATE memory_stores SET memory_count = memory_count + :delta, "
     "revision = revision + 1 WHERE id = :store{live} "
-    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)) SELECT 1 / count(*)::int FROM s"
+    "RETURNING id) SELECT 1 / count(*)::int FROM s"
 )
 _STORE_LIVE = " AND archived_at IS NULL"
 # What makes a directory not empty (``remove_directory``): its first memory, its first

@@ -33,7 +33,6 @@ from mnemofs.store.rows import (
     _MEMORY_COLS,
     _STORE_WITH_ROOM,
     BY_ID_IN_STORE,
-    CHANGES_CHANNEL,
     StoreLock,
     _as_saved,
     _memories_at,
@@ -57,7 +56,7 @@ _SAVE_OVER_LAST = (
     "WITH s AS (UPDATE memory_stores SET revision = revision + 1 WHERE id = :store "
     "AND archived_at IS NULL AND secrets = :secrets "
     "AND max_content_bytes IS NOT DISTINCT FROM :cap "
-    f"RETURNING pg_notify('{CHANGES_CHANNEL}', id)), "
+    "RETURNING id), "
     "m AS (UPDATE memories SET content_sha256 = :sha, size_bytes = :size, updated_at = :now, "
     f"head_version_id = :version, accessed_at = :now WHERE {_AS_SAVED} "
     "AND EXISTS (SELECT 1 FROM s) RETURNING id), "
@@ -176,6 +175,7 @@ class SavesMixin(ServiceBase):
 
         def run(tx: Tx) -> Memory:
             tx.guard(_STORE_WITH_ROOM, rules | {"max": limits.MAX_MEMORIES_PER_STORE})
+            tx.tell(store_id)
             tx.guard(*free)
             return self._insert_memory(tx, store_id, path, new, actor)
 
@@ -208,6 +208,7 @@ class SavesMixin(ServiceBase):
             rules = {"secrets": seen.secrets, "cap": seen.max_content_bytes}
             _, was = _as_saved(last)
             tx.guard(_SAVE_OVER_LAST, params | rules | was | {"content": new.text})
+            tx.tell(store_id)
             return Memory(
                 id=MemoryId(memory_id),
                 memory_store_id=StoreId(store_id),

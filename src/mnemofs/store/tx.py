@@ -62,6 +62,11 @@ class Tx:
             for sql in statements:
                 self.run(sql, params)
 
+    def tell(self, store_id: str) -> None:
+        """Have listening mounts told that the store changed, once this transaction has
+        committed (PostgreSQL: ``PipelineTx``, store/notices.py); nothing elsewhere (SQLite's
+        mounts watch its files)."""
+
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute; return the number of rows changed (waits for the answer)."""
         self._cursor.execute(self._db.sql(sql), params or {})

@@ -1,0 +1,104 @@
+"""Listening mounts are told which stores changed after the commit, from a thread of the
+writing service, at most every ``NOTICE_INTERVAL_S`` (store/notices.py): a burst of saves
+costs the server a few notifications instead of one per save, and its last change is told
+too."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from mnemofs.store import MemoryService
+from mnemofs.store.notices import CHANGES_CHANNEL, NOTICE_INTERVAL_S, Notices
+
+
+class Heard:
+    """Every notification on the changes channel, with when it arrived (a raw listening
+    connection: ``Listener.drain`` folds notifications sent together into one)."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.heard: list[tuple[float, str]] = []
+        self._conn = service.engine.connect()
+        self._conn.autocommit = True
+        self._conn.execute(f"LISTEN {CHANGES_CHANNEL}")
+        self._stop = False
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while not self._stop:
+            for notify in self._conn.notifies(timeout=0.1):
+                self.heard.append((time.monotonic(), notify.payload))
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=5)
+        self._conn.close()
+
+
+@pytest.fixture
+def heard(service: MemoryService) -> Iterator[Heard]:
+    listener = Heard(service)
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+def _until(predicate: object, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_burst_is_told_a_few_times_and_its_last_change_after_it(
+    service: MemoryService, heard: Heard
+) -> None:
+    store = service.create_store("Busy").id
+    memory = service.create_memory(store, "/f.md", "0")
+    assert _until(lambda: heard.heard)  # an isolated change: told at once
+    time.sleep(3 * NOTICE_INTERVAL_S)
+    heard.heard.clear()
+    began = time.monotonic()
+    for n in range(1, 201):
+        service.update_memory(store, memory.id, content=str(n))
+    ended = time.monotonic()  # the last change has committed
+    assert _until(lambda: heard.heard and heard.heard[-1][0] > ended)
+    time.sleep(3 * NOTICE_INTERVAL_S)  # anything still on its way
+    told = [at for at, payload in heard.heard if payload == store]
+    assert len(told) == len(heard.heard)
+    # One a save was 200; a notice at most every NOTICE_INTERVAL_S, and one after the burst.
+    assert len(told) <= (ended - began) / NOTICE_INTERVAL_S + 2
+    assert told[-1] > ended
+
+
+def test_notices_go_at_once_then_at_most_every_interval_and_the_rest_at_stop() -> None:
+    sent: list[tuple[float, list[str]]] = []
+    notices = Notices(lambda stores: sent.append((time.monotonic(), stores)))
+    try:
+        notices.committed({"a"})
+        assert _until(lambda: sent)  # nothing sent for a while: at once
+        notices.committed({"b"})
+        notices.committed({"c", "b"})
+        time.sleep(NOTICE_INTERVAL_S / 5)
+        assert [stores for _, stores in sent] == [["a"]]  # too soon after the last
+        assert _until(lambda: len(sent) == 2)
+        assert sent[1][1] == ["b", "c"]  # together, once each
+        assert sent[1][0] - sent[0][0] >= NOTICE_INTERVAL_S * 0.99
+        notices.committed({"d"})  # due only NOTICE_INTERVAL_S after the last...
+    finally:
+        stopped = time.monotonic()
+        notices.stop()  # ...but told now: the database closes
+    assert [stores for _, stores in sent] == [["a"], ["b", "c"], ["d"]]
+    assert sent[2][0] - stopped < NOTICE_INTERVAL_S / 2
+    notices.committed({"e"})  # a database closed and used again starts the thread again
+    notices.stop()
+    assert sent[-1][1] == ["e"]
