@@ -21,6 +21,7 @@ class Heard:
 
     def __init__(self, service: MemoryService) -> None:
         self.heard: list[tuple[float, str]] = []
+        self.senders: set[int] = set()  # the server processes that sent them
         self._conn = service.engine.connect()
         self._conn.autocommit = True
         self._conn.execute(f"LISTEN {CHANGES_CHANNEL}")
@@ -32,6 +33,7 @@ class Heard:
         while not self._stop:
             for notify in self._conn.notifies(timeout=0.1):
                 self.heard.append((time.monotonic(), notify.payload))
+                self.senders.add(notify.pid)
 
     def close(self) -> None:
         self._stop = True
@@ -102,3 +104,60 @@ def test_notices_go_at_once_then_at_most_every_interval_and_the_rest_at_stop() -
     notices.committed({"e"})  # a database closed and used again starts the thread again
     notices.stop()
     assert sent[-1][1] == ["e"]
+
+
+def test_the_thread_ends_when_idle_and_starts_again_with_the_next_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With nothing to tell for ``NOTICE_IDLE_S`` the thread ends and says so (the database
+    then closes its connection); the next commit starts a new one."""
+    from mnemofs.store import notices as module
+
+    monkeypatch.setattr(module, "NOTICE_IDLE_S", 0.2)
+    sent: list[list[str]] = []
+    done: list[threading.Thread] = []
+    notices = Notices(sent.append, lambda: done.append(threading.current_thread()))
+
+    def telling() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "mnemofs-notices"]
+
+    try:
+        notices.committed({"a"})
+        first = telling()
+        assert len(first) == 1
+        assert _until(lambda: sent == [["a"]])
+        assert _until(lambda: not first[0].is_alive())
+        assert done == first
+        notices.committed({"b"})
+        second = telling()
+        assert len(second) == 1
+        assert second != first
+        assert _until(lambda: sent == [["a"], ["b"]])
+    finally:
+        notices.stop()
+    assert len(done) == 2
+    assert not telling()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_an_idle_service_closes_the_connection_that_told(
+    service: MemoryService, heard: Heard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mnemofs.store import notices as module
+
+    monkeypatch.setattr(module, "NOTICE_IDLE_S", 0.2)
+    store = service.create_store("Idle").id
+    service.create_memory(store, "/a.md", "a")
+    assert _until(lambda: heard.heard)
+    (sender,) = heard.senders  # the notices thread's connection, not this thread's
+    assert sender != service.db.run(lambda tx: tx.scalar("SELECT pg_backend_pid()"), write=False)
+
+    def connected() -> bool:
+        ask = "SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"
+        return bool(service.db.run(lambda tx: tx.scalar(ask, {"pid": sender}), write=False))
+
+    assert connected()
+    assert _until(lambda: not connected())  # idle: the thread ended and closed it
+    service.create_memory(store, "/b.md", "b")  # a new thread, a new connection
+    assert _until(lambda: len(heard.senders) == 2)

@@ -13,7 +13,9 @@ for ``NOTICE_INTERVAL_S``, else that long after the last: a burst of saves is to
 times a second, an isolated change at once, and never before its commit. A listening mount
 looks at most every 50 ms while busy anyway (``LOOK_INTERVAL_S`` in fs/mount.py), and every
 second whatever it hears (``PG_FALLBACK_S``), which is also what covers a notice lost with a
-process that ended between its commit and the send.
+process that ended between its commit and the send. The thread, and its connection, end once
+it has had nothing to tell for ``NOTICE_IDLE_S``: an idle mount holds no more connections than
+it did before.
 """
 
 from __future__ import annotations
@@ -28,14 +30,19 @@ log = logging.getLogger("mnemofs.store")
 CHANGES_CHANNEL = "mnemofs_changes"  # PostgreSQL NOTIFY channel; the payload is a store id
 NOTIFY = f"SELECT pg_notify('{CHANGES_CHANNEL}', :store)"
 NOTICE_INTERVAL_S = 0.05  # a store's changes are told at most this often by one process
+NOTICE_IDLE_S = 5.0  # the thread ends after this long with nothing to tell
 
 
 class Notices:
     """The stores whose changes have committed and not been told yet, and the thread that
-    tells them with ``send`` (started by the first, ended by ``stop``)."""
+    tells them with ``send``: started by the first, ended by ``stop`` or after
+    ``NOTICE_IDLE_S`` with nothing to tell, when it calls ``done`` (its connection closes)."""
 
-    def __init__(self, send: Callable[[list[str]], None]) -> None:
+    def __init__(
+        self, send: Callable[[list[str]], None], done: Callable[[], None] = lambda: None
+    ) -> None:
         self._send = send
+        self._done = done
         self._pending: set[str] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -70,8 +77,19 @@ class Notices:
                 self._thread = None
 
     def _tell(self) -> None:
+        try:
+            self._tell_until_idle()
+        finally:
+            self._done()
+
+    def _tell_until_idle(self) -> None:
         while True:
-            self._wake.wait()
+            if not self._wake.wait(NOTICE_IDLE_S):
+                with self._lock:  # committed() adds under it: it sees this thread gone
+                    if not self._pending:
+                        self._thread = None
+                        return
+                continue
             wait = self._sent_at + NOTICE_INTERVAL_S - time.monotonic()
             if wait > 0:
                 self._stopping.wait(wait)  # cut short by stop(): tell the rest now

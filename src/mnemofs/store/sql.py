@@ -69,7 +69,7 @@ class Database:
         self.reconnect_by_probe = False  # see the module docstring
         self._deferred = False  # a worker thread checkpoints (defer_checkpoints)
         self._wal = Wal(engine.sqlite_path) if self.dialect == "sqlite" else None
-        self._notices = Notices(self._tell) if self.dialect == "postgresql" else None
+        self._notices = Notices(self._tell, self._discard) if self.dialect == "postgresql" else None
 
     def sql(self, text: str) -> str:
         """``text`` in the driver's parameter style, cached."""
