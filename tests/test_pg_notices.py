@@ -14,6 +14,8 @@ import pytest
 from mnemofs.store import MemoryService
 from mnemofs.store.notices import CHANGES_CHANNEL, NOTICE_INTERVAL_S, Notices
 
+from .mounted import wait_for
+
 
 class Heard:
     """Every notification on the changes channel, with when it arrived (a raw listening
@@ -50,15 +52,6 @@ def heard(service: MemoryService) -> Iterator[Heard]:
         listener.close()
 
 
-def _until(predicate: object, timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_burst_is_told_a_few_times_and_its_last_change_after_it(
@@ -66,14 +59,14 @@ def test_a_burst_is_told_a_few_times_and_its_last_change_after_it(
 ) -> None:
     store = service.create_store("Busy").id
     memory = service.create_memory(store, "/f.md", "0")
-    assert _until(lambda: heard.heard)  # an isolated change: told at once
+    assert wait_for(lambda: heard.heard)  # an isolated change: told at once
     time.sleep(3 * NOTICE_INTERVAL_S)
     heard.heard.clear()
     began = time.monotonic()
     for n in range(1, 201):
         service.update_memory(store, memory.id, content=str(n))
     ended = time.monotonic()  # the last change has committed
-    assert _until(lambda: heard.heard and heard.heard[-1][0] > ended)
+    assert wait_for(lambda: heard.heard and heard.heard[-1][0] > ended)
     time.sleep(3 * NOTICE_INTERVAL_S)  # anything still on its way
     told = [at for at, payload in heard.heard if payload == store]
     assert len(told) == len(heard.heard)
@@ -87,12 +80,12 @@ def test_notices_go_at_once_then_at_most_every_interval_and_the_rest_at_stop() -
     notices = Notices(lambda stores: sent.append((time.monotonic(), stores)))
     try:
         notices.committed({"a"})
-        assert _until(lambda: sent)  # nothing sent for a while: at once
+        assert wait_for(lambda: sent)  # nothing sent for a while: at once
         notices.committed({"b"})
         notices.committed({"c", "b"})
         time.sleep(NOTICE_INTERVAL_S / 5)
         assert [stores for _, stores in sent] == [["a"]]  # too soon after the last
-        assert _until(lambda: len(sent) == 2)
+        assert wait_for(lambda: len(sent) == 2)
         assert sent[1][1] == ["b", "c"]  # together, once each
         assert sent[1][0] - sent[0][0] >= NOTICE_INTERVAL_S * 0.99
         notices.committed({"d"})  # due only NOTICE_INTERVAL_S after the last...
@@ -125,14 +118,14 @@ def test_the_thread_ends_when_idle_and_starts_again_with_the_next_change(
         notices.committed({"a"})
         first = telling()
         assert len(first) == 1
-        assert _until(lambda: sent == [["a"]])
-        assert _until(lambda: not first[0].is_alive())
+        assert wait_for(lambda: sent == [["a"]])
+        assert wait_for(lambda: not first[0].is_alive())
         assert done == first
         notices.committed({"b"})
         second = telling()
         assert len(second) == 1
         assert second != first
-        assert _until(lambda: sent == [["a"], ["b"]])
+        assert wait_for(lambda: sent == [["a"], ["b"]])
     finally:
         notices.stop()
     assert len(done) == 2
@@ -149,7 +142,7 @@ def test_an_idle_service_closes_the_connection_that_told(
     monkeypatch.setattr(module, "NOTICE_IDLE_S", 0.2)
     store = service.create_store("Idle").id
     service.create_memory(store, "/a.md", "a")
-    assert _until(lambda: heard.heard)
+    assert wait_for(lambda: heard.heard)
     (sender,) = heard.senders  # the notices thread's connection, not this thread's
     assert sender != service.db.run(lambda tx: tx.scalar("SELECT pg_backend_pid()"), write=False)
 
@@ -158,6 +151,6 @@ def test_an_idle_service_closes_the_connection_that_told(
         return bool(service.db.run(lambda tx: tx.scalar(ask, {"pid": sender}), write=False))
 
     assert connected()
-    assert _until(lambda: not connected())  # idle: the thread ended and closed it
+    assert wait_for(lambda: not connected())  # idle: the thread ended and closed it
     service.create_memory(store, "/b.md", "b")  # a new thread, a new connection
-    assert _until(lambda: len(heard.senders) == 2)
+    assert wait_for(lambda: len(heard.senders) == 2)

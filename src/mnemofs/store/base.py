@@ -272,12 +272,6 @@ class ServiceBase:
                 {"at": stamp, "id": memory_id, "store": store_id},
             )
 
-    @staticmethod
-    def _notify(tx: Tx, store_id: str) -> None:
-        """Tell listening mounts (PostgreSQL) that the store changed, once this transaction
-        has committed (store/notices.py)."""
-        tx.tell(store_id)
-
     def _memory_row(self, tx: Tx, store_id: str, memory_id: str, *, content: bool = False) -> Any:
         return self._memory_ahead(tx, store_id, memory_id, content=content)()
 

@@ -260,7 +260,7 @@ class StoresMixin(ServiceBase):
                     **new_caps,
                 },
             )
-            self._notify(tx, store_id)
+            tx.tell(store_id)  # mounts look again
             return _store(self._store_row(tx, store_id))
 
         return self._write(run)
@@ -276,7 +276,7 @@ class StoresMixin(ServiceBase):
                     "WHERE id = :id",
                     {"now": utc_now(), "id": store_id},
                 )
-                self._notify(tx, store_id)
+                tx.tell(store_id)  # read-only now: mounts look again
             return _store(self._store_row(tx, store_id))
 
         return self._write(run)
