@@ -28,8 +28,8 @@ Everything (sources, caches, databases) lives in a folder on tmpfs (``--dir``, d
 read, overwrite 2 KiB, append a line, ``sed -i``, temp file + ``os.replace``, ``sh -c 'echo >>
 f'``, rename, delete, rmdir. Prints ops/s (median of --repeat rounds), the ratios mnemofs/bindfs
 and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseline when
-measured), then per
-mnemofs mount the largest SQLite ``-wal`` seen during the rounds, resident memory after them,
+measured), each the median of the rounds' own ratios, then per mnemofs mount the largest
+SQLite ``-wal`` seen during the rounds, resident memory after them,
 and CPU used while idle. ``--each`` also prints every round's ops/s of every target.
 """
 
@@ -450,11 +450,15 @@ def visibility(writer: Path, reader: Path, samples: int = 50) -> None:
 
 def report(targets: list[Target], repeat: int, files: int) -> None:
     med = {t.name: {k: statistics.median(r[k] for r in t.runs) for k in t.runs[0]} for t in targets}
+    runs = {t.name: t.runs for t in targets}
     ratios = [("mnemofs", "bindfs"), ("mnemofs", "rclone")]
     ratios += [(n, "mnemofs") for n in ("mnemofs-full", "mnemofs-pg", "remote") if n in med]
     ratios += [("mnemofs", "baseline")]
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
-    print(f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds")
+    print(
+        f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds; "
+        "each ratio the median of the rounds' own"
+    )
     # The mounts and the client run on this interpreter: its build moves every column.
     print(f"Python {platform.python_version()} ({os.path.realpath(sys.executable)})")
     cols = [t.name for t in targets]
@@ -468,10 +472,18 @@ def report(targets: list[Target], repeat: int, files: int) -> None:
     for phase in med[cols[0]]:
         row = f"{phase:<20}" + "".join(f"{med[n][phase]:>13,.0f}" for n in cols)
         row += "".join(
-            f"{med[a][phase] / med[b][phase]:>{width}.2f}"
+            f"{paired(runs[a], runs[b], phase):>{width}.2f}"
             for (a, b), (_, width) in zip(ratios, labels, strict=True)
         )
         print(row)
+
+
+def paired(a: list[dict[str, float]], b: list[dict[str, float]], phase: str) -> float:
+    """The median of each round's ratio a/b: a round's two targets ran the phase seconds
+    apart, while rounds are minutes apart and this machine's speed drifts by up to a factor of
+    two between them; the ratio of the two medians could pair a fast round of one with a slow
+    round of the other."""
+    return statistics.median(x[phase] / y[phase] for x, y in zip(a, b, strict=True))
 
 
 def each_round(targets: list[Target]) -> None:
