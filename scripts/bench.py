@@ -1,7 +1,7 @@
 """Small-file workload on mnemofs mounts, side by side with bindfs and rclone mounts.
 
     scripts/bench [--files 2000] [--repeat 3] [--store-size 10000] [--pg [URL]] [--remote]
-                  [--against REV] [--only NAMES] [--each]
+                  [--against REV] [--only NAMES] [--each] [--prose]
 
 One sequential client runs the same phases, round after round, on each target in turn phase by
 phase (so the targets compared in a ratio ran seconds apart and the machine's noise hits them
@@ -31,6 +31,7 @@ and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseli
 measured), each the median of the rounds' own ratios, then per mnemofs mount the largest
 SQLite ``-wal`` seen during the rounds, resident memory after them,
 and CPU used while idle. ``--each`` also prints every round's ops/s of every target.
+Files hold the same ``x`` bytes unless ``--prose`` gives each its own made-up text (``Texts``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import argparse
 import contextlib
 import os
 import platform
+import random
 import shutil
 import signal
 import statistics
@@ -54,6 +56,7 @@ from pathlib import Path
 DIRS = 20
 BLOCK = b"x" * 4096
 HALF = b"y" * 2048
+PROSE_SEED = 17
 LINE = b"appended line\n"
 SETTLE_S = 2.0
 # Between one target's phase and the next's: at least PHASE_SETTLE_S, then until the bench's
@@ -81,7 +84,38 @@ class Target:
 Phase = tuple[str, Callable[[], float]]
 
 
-def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
+class Texts:
+    """What a phase writes to the file at ``index``: 4 KiB (``block``: a create, a replace)
+    or 2 KiB over its start (``half``: an overwrite). By default the same ``x`` (``y``) bytes
+    in every file, which the secrets screen and the search index see as one word and the
+    store keeps once; with ``prose``, a window of a long text of made-up lowercase words,
+    different for every file, as agents' notes are."""
+
+    def __init__(self, prose: bool) -> None:
+        self.prose = prose
+        self._text = b""
+        if prose:
+            rng = random.Random(PROSE_SEED)
+            vowels, consonants = "aeiou", "bcdfghjklmnprstvwz"
+            vocab = [
+                "".join(rng.choice(vowels if k % 2 else consonants) for k in range(n))
+                for n in (rng.randint(2, 9) for _ in range(3000))
+            ]
+            lines = (" ".join(rng.choices(vocab, k=12)) for _ in range(6000))
+            self._text = "\n".join(lines).encode()
+
+    def _window(self, index: int, size: int, stride: int) -> bytes:
+        start = (index * stride) % (len(self._text) - size)
+        return self._text[start : start + size - 1] + b"\n"
+
+    def block(self, index: int) -> bytes:
+        return self._window(index, 4096, 193) if self.prose else BLOCK
+
+    def half(self, index: int) -> bytes:
+        return self._window(index, 2048, 389) if self.prose else HALF
+
+
+def workload(root: Path, files: int, errors: list[str], texts: Texts) -> list[Phase]:
     """One round in ``root`` (a new folder each round: a peer that failed a round leaves what
     it failed on behind): its phases in order, each a name and a function that runs it and
     returns ops/s. A call that fails is noted in ``errors`` and the phase goes on: rclone's
@@ -90,6 +124,7 @@ def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
     dirs = [root / f"d{i:02d}" for i in range(DIRS)]
     extra = [dirs[i % DIRS] / f"sub{i:04d}" for i in range(max(DIRS, files // 10))]
     paths = [dirs[i % DIRS] / f"f{i:05d}.md" for i in range(files)]
+    index = {p: i for i, p in enumerate(paths)}
     fifth = paths[: max(1, files // 5)]
 
     def phase(name: str, fn: Callable[[Path], object], items: list[Path] = paths) -> Phase:
@@ -107,7 +142,7 @@ def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
 
     def create(p: Path) -> None:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, BLOCK)
+        os.write(fd, texts.block(index[p]))
         os.close(fd)
 
     def listing() -> float:
@@ -122,7 +157,7 @@ def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
 
     def overwrite(p: Path) -> None:
         fd = os.open(p, os.O_WRONLY)
-        os.pwrite(fd, HALF, 0)
+        os.pwrite(fd, texts.half(index[p]), 0)
         os.close(fd)
 
     def append(p: Path) -> None:
@@ -139,7 +174,7 @@ def workload(root: Path, files: int, errors: list[str]) -> list[Phase]:
     def replace(p: Path) -> None:
         tmp = p.with_name(f".{p.name}.tmp")
         with open(tmp, "wb") as f:
-            f.write(BLOCK)
+            f.write(texts.block(index[p] + files))
         os.replace(tmp, p)
 
     def shell_append(p: Path) -> None:
@@ -197,13 +232,17 @@ def server_pids() -> list[int]:
     return found
 
 
-def run_round(targets: list[Target], round_no: int, files: int, pids: list[int]) -> None:
+def run_round(
+    targets: list[Target], round_no: int, files: int, pids: list[int], texts: Texts
+) -> None:
     """One round: each phase on every target in turn, a moment apart (``settle``), so a
     target's ratio to another compares runs made seconds apart (this machine's speed drifts by
     tens of per cent within a minute); the targets' order rotates from round to round."""
     turn = round_no % len(targets)
     order = targets[turn:] + targets[:turn]
-    plans = {t.name: workload(t.path / f"round{round_no + 1}", files, t.errors) for t in order}
+    plans = {
+        t.name: workload(t.path / f"round{round_no + 1}", files, t.errors, texts) for t in order
+    }
     results: dict[str, dict[str, float]] = {t.name: {} for t in order}
     for step in range(len(plans[order[0].name])):
         for t in order:
@@ -448,7 +487,7 @@ def visibility(writer: Path, reader: Path, samples: int = 50) -> None:
     )
 
 
-def report(targets: list[Target], repeat: int, files: int) -> None:
+def report(targets: list[Target], repeat: int, files: int, texts: Texts) -> None:
     med = {t.name: {k: statistics.median(r[k] for r in t.runs) for k in t.runs[0]} for t in targets}
     runs = {t.name: t.runs for t in targets}
     ratios = [("mnemofs", "bindfs"), ("mnemofs", "rclone")]
@@ -456,7 +495,8 @@ def report(targets: list[Target], repeat: int, files: int) -> None:
     ratios += [("mnemofs", "baseline")]
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
     print(
-        f"\n{files} files of 4 KiB in {DIRS} directories; ops/s, median of {repeat} rounds; "
+        f"\n{files} files of 4 KiB ({'prose' if texts.prose else 'x bytes'}) in {DIRS} "
+        f"directories; ops/s, median of {repeat} rounds; "
         "each ratio the median of the rounds' own"
     )
     # The mounts and the client run on this interpreter: its build moves every column.
@@ -506,8 +546,12 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated targets (default: all)")
     parser.add_argument("--dir", default="/dev/shm", help="where the work folder is made")
     parser.add_argument("--each", action="store_true", help="also print every round's ops/s")
+    parser.add_argument(
+        "--prose", action="store_true", help="write different made-up prose to every file"
+    )
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
+    texts = Texts(args.prose)
     work = Path(tempfile.mkdtemp(prefix="mnemofs-bench-", dir=args.dir))
     bench = Bench(work)
     stop = threading.Event()
@@ -546,11 +590,12 @@ def main() -> None:
         watcher = threading.Thread(target=watch_wal, args=(targets, stop), daemon=True)
         watcher.start()
         for round_no in range(args.repeat):
-            run_round(targets, round_no, args.files, [proc.pid for proc in bench.procs])
+            pids = [proc.pid for proc in bench.procs]
+            run_round(targets, round_no, args.files, pids, texts)
             time.sleep(SETTLE_S)  # let background work (checkpoints, indexing) finish
             print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
         stop.set()
-        report(targets, args.repeat, args.files)
+        report(targets, args.repeat, args.files, texts)
         if args.each:
             each_round(targets)
         if other is not None:
