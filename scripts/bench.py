@@ -93,7 +93,7 @@ class Texts:
 
     def __init__(self, prose: bool) -> None:
         self.prose = prose
-        self._text = b""
+        self.text = b""
         if prose:
             rng = random.Random(PROSE_SEED)
             vowels, consonants = "aeiou", "bcdfghjklmnprstvwz"
@@ -102,11 +102,11 @@ class Texts:
                 for n in (rng.randint(2, 9) for _ in range(3000))
             ]
             lines = (" ".join(rng.choices(vocab, k=12)) for _ in range(6000))
-            self._text = "\n".join(lines).encode()
+            self.text = "\n".join(lines).encode()
 
     def _window(self, index: int, size: int, stride: int) -> bytes:
-        start = (index * stride) % (len(self._text) - size)
-        return self._text[start : start + size - 1] + b"\n"
+        start = (index * stride) % (len(self.text) - size)
+        return self.text[start : start + size - 1] + b"\n"
 
     def block(self, index: int) -> bytes:
         return self._window(index, 4096, 193) if self.prose else BLOCK

@@ -8,7 +8,10 @@ For each backend (a fresh SQLite file; the PostgreSQL database at --pg, emptied 
   at random (a mount looks at most every 50 ms; saves in step with that would measure only
   the step). Median and 99th percentile.
 - throughput: 1, 2 and 4 mounts of one store, one sequential writer each saving 4 KiB files
-  for --seconds; saves/s in all and the ratio to one mount.
+  for --seconds; saves/s in all and the ratio to one mount. The files hold `x` bytes, unless
+  ``--prose`` gives every save its own made-up text (scripts/bench.py's ``Texts``), which the
+  secrets screen, the store and the search index (catching up every 2 s while writes go on)
+  all see as text.
 - idle CPU: a mount with nothing happening, for --idle seconds; percent of one core (its own
   process, from /proc).
 - saves racing the search index: 600 memories of 4 KiB of prose, all changed, then one service
@@ -37,6 +40,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import Texts
 
 from mnemofs.store import MemoryService, make_engine
 
@@ -44,10 +50,14 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 WRITER = """
 import os, sys, time
-folder, seconds = sys.argv[1], float(sys.argv[2])
+folder, seconds, prose = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+text = open(prose, "rb").read() if prose else b""
 data = b"x" * 4096
 stop, n = time.monotonic() + seconds, 0
 while time.monotonic() < stop:
+    if text:
+        start = (n * 193 + len(folder) * 7919 + ord(folder[-1])) % (len(text) - 4096)
+        data = text[start : start + 4095] + b"\\n"
     with open(os.path.join(folder, f"f{n % 100}.md"), "wb") as f:
         f.write(data + str(n).encode())
     n += 1
@@ -164,6 +174,10 @@ def run_backend(name: str, url: str, work: Path, args: argparse.Namespace) -> li
         service.create_session([{"memory_store_id": store}], mount_root=str(r)).id for r in roots
     ]
     slug = "bench-" + ("sqlite" if name == "sqlite" else "postgresql")
+    prose = ""
+    if args.prose:
+        prose = str(work / "prose.txt")
+        Path(prose).write_bytes(Texts(True).text)
     lines = []
     with contextlib.ExitStack() as stack:
         procs = [
@@ -189,6 +203,7 @@ def run_backend(name: str, url: str, work: Path, args: argparse.Namespace) -> li
                         WRITER,
                         str(folders[i] / f"w{count}-{i}"),
                         str(args.seconds),
+                        prose,
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -225,6 +240,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=10.0, help="idle CPU window")
     parser.add_argument("--pg", help="a PostgreSQL URL (its tables are emptied)")
     parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--prose", action="store_true", help="writers save made-up text")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mnemofs-bench-shared-") as tmp:
         work = Path(tmp)
