@@ -56,7 +56,8 @@ data = b"x" * 4096
 stop, n = time.monotonic() + seconds, 0
 while time.monotonic() < stop:
     if text:
-        start = (n * 193 + len(folder) * 7919 + ord(folder[-1])) % (len(text) - 4096)
+        # its own windows for each writer (folders end in -0, -1...): no two saves alike
+        start = (n * 193 + ord(folder[-1]) * 65537) % (len(text) - 4096)
         data = text[start : start + 4095] + b"\\n"
     with open(os.path.join(folder, f"f{n % 100}.md"), "wb") as f:
         f.write(data + str(n).encode())
