@@ -166,6 +166,21 @@ def test_content_is_compressed_with_lz4(service: MemoryService) -> None:
     assert service.get_memory(store, memory.id).content == "a line of notes\n" * 400
 
 
+def test_the_server_sends_no_notices(service: MemoryService) -> None:
+    """A text with a word too long to index drew a notice from every search catch-up that
+    took it in; the service's sessions ask for warnings and errors only."""
+    heard: list[str] = []
+    conn = service.db._connection()
+    conn.add_notice_handler(lambda diag: heard.append(str(diag.message_primary)))
+    store = service.create_store("Blobs").id
+    service.create_memory(store, "/blob.md", "x" * 3000)
+    service.catch_up_search()
+    conn.execute("SELECT to_tsvector('simple', repeat('x', 3000))").fetchall()
+    conn.rollback()
+    assert heard == []
+    assert [h.path for h in service.search(store, "blob")] == ["/blob.md"]
+
+
 def test_an_interrupted_write_stops_on_the_server_too(service: MemoryService) -> None:
     """Ctrl-C while a write waits for a lock another connection holds: the server stops
     waiting (cancelled), rather than going on after the client is gone and taking the lock
