@@ -139,6 +139,27 @@ def test_everything_under_history_is_read_only(env: Env) -> None:
     assert (env.root / "b.md").read_text() == "moving\n"
 
 
+def test_memories_named_like_the_history_do_not_hide_it(env: Env) -> None:
+    """A memory at /.history/... (the API, the CLI or a synced folder can make one) makes a
+    directory of that name in the store; the mount neither lists it nor lets it stand in for
+    the history, which stays read-only."""
+    env.service.create_memory(env.store, "/.history/made-elsewhere.md", "not a version\n")
+    env.service.create_memory(env.store, "/seen.md", "after it\n")
+    assert wait_for(lambda: (env.root / "seen.md").exists())
+    assert ".history" not in os.listdir(env.root)
+    listing = subprocess.run(["ls", "-a", str(env.root)], capture_output=True, text=True).stdout
+    assert ".history" not in listing.split()
+    history = env.root / ".history"
+    assert sorted(os.listdir(history)) == [".history", "b.md", "gone.md", "notes", "seen.md"]
+    assert os.listdir(history / "notes") == ["todo.md"]
+    made = history / ".history" / "made-elsewhere.md"
+    assert [(made / n).read_text() for n in os.listdir(made)] == ["not a version\n"]
+    assert errno_of(os.open, history / "new.md", os.O_WRONLY | os.O_CREAT) == errno.EROFS
+    assert env.service.find_memory(env.store, "/.history/made-elsewhere.md").content == (
+        "not a version\n"
+    )
+
+
 def test_a_store_restore_shows_in_the_mount(env: Env) -> None:
     todo = env.root / "notes" / "todo.md"
     at = env.service.find_memory(env.store, "/notes/todo.md").updated_at

@@ -6,7 +6,9 @@ last path is ``<path>`` (a deleted memory's too), oldest first, named
 ``0003-modified-2026-12-01T113332Z`` (number, operation, UTC time); a redacted version is
 ``0002-redacted-...`` and empty. Names with history below ``<path>`` are subdirectories of it.
 ``.history`` itself is never listed in its store (``ls -a``, ``find``, ``grep -r`` and
-backups do not walk into it), as ZFS hides ``.zfs``; everything in it is ``EROFS``.
+backups do not walk into it), as ZFS hides ``.zfs``; everything in it is ``EROFS``. The name is
+always the history's: memories whose path begins ``/.history/`` (which other faces can make)
+are not shown in a mount.
 
 Restoring is an ordinary copy: ``cp .history/notes/todo.md/0003-... notes/todo.md`` saves
 that content as one new version.
@@ -56,7 +58,14 @@ class HistoryMixin(FilesMixin):
         node = self.node(ino)
         if node.history is not None and after == 0:
             self._fill_history(node)
-        return super().readdir(ino, after)
+        entries = super().readdir(ino, after)
+        if node.mount is None or node is not node.mount.root or HISTORY not in node.children:
+            return entries
+        # Memories under /.history/ (made through the API, the CLI or a synced folder) make a
+        # directory of that name; listed, the kernel would take it for the name and hide the
+        # history behind it. The name is the history's; those memories' own versions are
+        # under .history/.history/.
+        return ((name, child) for name, child in entries if name != HISTORY)
 
     def forget(self, ino: int, count: int) -> None:
         node = self.nodes.get(ino)
