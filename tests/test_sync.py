@@ -156,6 +156,28 @@ def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
     env.service.close()
 
 
+def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A local name that is not UTF-8 is refused like any invalid name, shown with its bad
+    bytes escaped; reporting it stopped the whole worker before (the errors file could not
+    be written)."""
+    env = make(engine, db_url, tmp_path)
+    env.once()
+    notes = os.fsencode(env.root / "notes")
+    with open(os.path.join(notes, b"bad\xff.md"), "wb") as f:
+        f.write(b"latin-1 name\n")
+    (env.root / "notes" / "good.md").write_text("fine\n")
+    out = env.once()
+    assert "bad\\xff.md: not uploaded" in out
+    report = (env.root / ".mnemofs-sync-errors").read_text()
+    assert "/bad\\xff.md: not uploaded" in report
+    assert "not valid Unicode" in report
+    assert set(env.stored(env.notes)) == {"/a.md", "/good.md"}
+    assert os.path.exists(os.path.join(notes, b"bad\xff.md"))
+    env.service.close()
+
+
 def test_read_only_store_is_restored(engine: Engine, db_url: str, tmp_path: Path) -> None:
     env = make(engine, db_url, tmp_path)
     env.once()

@@ -549,6 +549,7 @@ class SyncWorker:
 
     def _report(self, key: str, sha: str, line: str, report: Report) -> None:
         """A file that cannot be synced: in this pass's errors, and in the log once per change."""
+        line = _shown(line)
         report.errors.append(line)
         if self.reported.get(key) != sha:  # once per change of the file
             self.reported[key] = sha
@@ -557,7 +558,8 @@ class SyncWorker:
     def _write_errors(self, report: Report) -> None:
         target = self.root / ERRORS_FILE
         if report.errors:
-            write_private(target, "".join(line + "\n" for line in report.errors).encode())
+            text = "".join(line + "\n" for line in report.errors)
+            write_private(target, text.encode("utf-8", "backslashreplace"))  # never a crash
         else:
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()  # unlink never follows a link at the name itself
@@ -579,3 +581,14 @@ def folder_lost(folder: Folder, local: dict[str, os.stat_result], known: set[str
 def _skipped(name: str) -> bool:
     """Temporary files of editors and tools, and the worker's own files, are never synced."""
     return name.startswith(".mnemofs") or bool(TEMP_NAME.match(name))
+
+
+def _shown(text: str) -> str:
+    """``text`` as a person can read it: the bytes of a local file name that are not UTF-8
+    (which Python keeps as lone surrogates) as ``\\xff``, so the line can be logged and written
+    (a file named so was refused, and the report of it stopped the whole worker)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return raw.decode("utf-8", "backslashreplace")
