@@ -91,6 +91,24 @@ def test_each_refusal_is_explained(env: Env) -> None:
     assert env.service.find_memory(env.notes, "/todo.md").content == "one\n"
 
 
+def test_a_name_the_store_cannot_hold_is_explained(env: Env) -> None:
+    """Such a name is refused at the lookup every create makes first (the mount never sees a
+    create of it): the line names the file, its bad bytes escaped, and says what to do."""
+    notes = os.fsencode(env.root / "notes")
+    assert errno_of(write, os.path.join(notes, b"bad\xff.md"), b"x") == errno.EILSEQ
+    newest = env.report("refusals")[0]
+    assert "notes/bad\\xff.md  lookup: EILSEQ: " in newest, newest
+    assert "not UTF-8" in newest, newest
+    assert " -> " in newest, newest
+    decomposed = "cafe\u0301.md"
+    assert errno_of(os.mkdir, env.root / "notes" / decomposed) == errno.EILSEQ
+    newest = env.report("refusals")[0]
+    assert f"notes/{decomposed}  lookup: EILSEQ: " in newest, newest
+    assert "NFC spells it 'caf\u00e9.md'" in newest, newest
+    assert len(env.report("refusals")) == 2
+    assert sorted(os.listdir(env.root / "notes")) == ["todo.md"]
+
+
 def test_refusals_are_bounded(env: Env) -> None:
     for i in range(210):
         assert errno_of(write, env.root / "fixed" / f"n{i}.md", b"x") == errno.EROFS

@@ -99,8 +99,10 @@ class Adapter(pyfuse3.Operations):
         try:
             node = self.fs.nodes.get(ino)
             where = self.fs.where(node) if node is not None else "?"
-            if name is not None:
-                where = (where + "/" if where != "." else "") + os.fsdecode(name)
+            if name is not None:  # a name that is not UTF-8 shown with its bytes escaped
+                where = (where + "/" if where != "." else "") + name.decode(
+                    "utf-8", "backslashreplace"
+                )
             reason = getattr(exc, "message", None) or "an internal error (see the mount's log)"
             self.fs.note_refusal(what, where, error.errno, reason)
         except Exception:  # a note must never change what the caller gets
@@ -149,6 +151,10 @@ class Adapter(pyfuse3.Operations):
             if ctx is not None:
                 self._may_read(ctx)
             return self.attrs(self.fs.lookup(parent_inode, _name(name)))
+        except errors.InvalidName as exc:
+            # Every create, mkdir or rename looks its new name up first: a name the store
+            # cannot hold (not UTF-8, not NFC) is refused here, and said where the agent looks.
+            raise self._refused(exc, "lookup", parent_inode, name) from None
         except Exception as exc:
             raise fuse_error(exc, "lookup") from None
 
