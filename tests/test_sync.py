@@ -178,6 +178,27 @@ def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(
     env.service.close()
 
 
+def test_a_path_left_for_later_is_looked_at_by_the_next_run(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A memory the folder cannot take yet (a local file stands where its directory goes) is
+    left for the next pass; the next pass may be another `--once` run, which must still look
+    at it once the way is clear (the feed has moved past it)."""
+    env = make(engine, db_url, tmp_path)
+    env.once()
+    notes = env.root / "notes"
+    (notes / "plans").write_text("a file where a directory goes\n")
+    env.service.create_memory(env.notes, "/plans/q3.md", "quarter three\n")
+    env.once()
+    assert not (notes / "plans").is_dir()
+    assert "/plans: not uploaded" in (env.root / ".mnemofs-sync-errors").read_text()
+    (notes / "plans").unlink()
+    env.once()
+    assert (notes / "plans" / "q3.md").read_text() == "quarter three\n"
+    assert env.stored(env.notes) == {"/a.md": "alpha\n", "/plans/q3.md": "quarter three\n"}
+    env.service.close()
+
+
 def test_read_only_store_is_restored(engine: Engine, db_url: str, tmp_path: Path) -> None:
     env = make(engine, db_url, tmp_path)
     env.once()

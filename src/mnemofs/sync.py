@@ -70,6 +70,7 @@ class StoreState:
     missing_since: dict[str, float] = field(default_factory=dict)  # local deletes on hold
     # Paths a pass could not finish (changed or gone mid-pass, or a link in the way): the next
     # pass looks at each again, locally and at the store, whatever the feed and inotify say.
+    # Kept in the state file: the next pass may be the next `--once` run.
     retry: set[str] = field(default_factory=set)
     folder: str = ""  # the folder under the root this baseline is of (the store's slug)
 
@@ -152,6 +153,7 @@ class SyncWorker:
                 last_seq=int(data.get("last_seq", 0)),
                 files={p: Entry(*e) for p, e in data.get("files", {}).items()},
                 missing_since=dict(data.get("missing_since", {})),
+                retry=set(data.get("retry", [])),
                 folder=folder or "",
             )
 
@@ -169,6 +171,7 @@ class SyncWorker:
                         for p, e in st.files.items()
                     },
                     "missing_since": st.missing_since,
+                    "retry": sorted(st.retry),
                 }
                 for sid, st in self.states.items()
             },
@@ -206,6 +209,7 @@ class SyncWorker:
     ) -> None:
         store_id = attachment.memory_store_id
         writable = attachment.access == "read_write"
+        left = set(state.retry)
         remote, last_seq = self._remote_changes(store_id, state)
         for path in state.retry - set(remote):  # what the store has there now
             remote[path] = self._memory_at(store_id, path)
@@ -263,7 +267,7 @@ class SyncWorker:
                 # Changed or gone on either side while we looked: only this path waits.
                 state.retry.add(path)
                 log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
-        if state.last_seq != last_seq:
+        if state.last_seq != last_seq or state.retry != left:
             state.last_seq = last_seq
             self.dirty = True
         if self.watching and store_id not in self.watches:
