@@ -170,6 +170,7 @@ def test_the_server_sends_no_notices(service: MemoryService) -> None:
     """A text with a word too long to index drew a notice from every search catch-up that
     took it in; the service's sessions ask for warnings and errors only."""
     heard: list[str] = []
+    service.search_trail.stop()  # the catch-up below is then this thread's, on this connection
     conn = service.db._connection()
     conn.add_notice_handler(lambda diag: heard.append(str(diag.message_primary)))
     store = service.create_store("Blobs").id
