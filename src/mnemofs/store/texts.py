@@ -62,14 +62,22 @@ def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
     how many were taken. SQLite: the changes its triggers noted in ``search_pending``
     (migration 0009), oldest first; each noted row first leaves the FTS5 index as the note
     says the index holds it, then enters it as ``memories`` holds it now, if it still exists.
-    PostgreSQL: the rows whose ``search_vector`` a change emptied (migration 0013) get theirs;
-    rows a transaction is changing are left to the next catch-up (they are emptied again)."""
+    PostgreSQL: the rows whose ``search_vector`` a change emptied (migration 0013) get theirs,
+    oldest first; rows a transaction is changing are left to the next catch-up (they are
+    emptied again). A batch is planned with no whole-table scan (``SET LOCAL``, so it is
+    planned so wherever it runs and the session keeps its own settings): its plan is kept by
+    the connection, and one made while the table was small, or while the statistics said every
+    vector was missing (an ANALYZE during a burst of saves), scanned the whole table for every
+    batch of 20 from then on (docs/decisions.md, "A catch-up reads the rows it takes in")."""
     if tx.dialect != "sqlite":
-        limit = "" if batch is None else f" LIMIT {int(batch)}"
+        limit = ""
+        if batch is not None:
+            limit = f" LIMIT {int(batch)}"
+            tx.run("SET LOCAL enable_seqscan = off")
         return tx.count(
             "UPDATE memories m SET search_vector = mnemofs_search_vector(m.path, c.content) "
             "FROM contents c WHERE c.store_id = m.store_id AND c.sha256 = m.content_sha256 "
-            "AND m.id IN (SELECT id FROM memories WHERE search_vector IS NULL"
+            "AND m.id IN (SELECT id FROM memories WHERE search_vector IS NULL ORDER BY id"
             f"{limit} FOR UPDATE SKIP LOCKED)"
         )
     limit = "" if batch is None else f" ORDER BY mem_rowid LIMIT {int(batch)}"
@@ -100,7 +108,12 @@ def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
 def _search_pending(tx: Tx) -> bool:
     if tx.dialect == "sqlite":
         return tx.scalar("SELECT 1 FROM search_pending LIMIT 1") is not None
-    return tx.scalar("SELECT 1 FROM memories WHERE search_vector IS NULL LIMIT 1") is not None
+    # In the partial index's order: a whole-table scan would have to sort what it finds, so
+    # the index is the cheaper plan whatever the statistics say of the missing vectors.
+    return (
+        tx.scalar("SELECT 1 FROM memories WHERE search_vector IS NULL ORDER BY id LIMIT 1")
+        is not None
+    )
 
 
 def _purge_search_index(tx: Tx) -> None:
