@@ -166,3 +166,44 @@ def test_check_finds_what_is_wrong(
     assert f"(created '/d/b.md'): its content ({sha256('beta')}) is not stored" in problems[6]
     with pytest.raises(errors.NotFound):
         service.check("memstore_nope")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_quiet_store_reads_its_own_versions_only(service: MemoryService) -> None:
+    """PostgreSQL: the change feed and the version list of a store read that store's versions
+    (the (store_id, seq) index), not every version written after them. Before, the planner
+    could walk all versions by seq from the position asked, taking the store's to be spread
+    among them: a store quiet while another kept writing had every later version of the other
+    read to find none of its own, on every pass of a sync worker (counted here in rows read)."""
+    quiet = service.create_store("Quiet").id
+    busy = service.create_store("Busy").id
+    for i in range(2000):
+        service.create_memory(quiet, f"/q/{i}.md", f"quiet {i}")
+    last = service.changes(quiet, 0, limit=1)[0].seq + 1999
+    for i in range(6000):
+        service.create_memory(busy, f"/b/{i}.md", f"busy {i}")
+    conn = service.db._connection()
+    conn.execute("ANALYZE memory_versions")
+
+    def rows_read() -> int:
+        conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
+        row = conn.execute(
+            "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables "
+            "WHERE relname = 'memory_versions'"
+        ).fetchone()
+        return int(row[0])
+
+    for _ in range(8):  # past the custom plans a prepared statement starts with
+        before = rows_read()
+        assert service.changes(quiet, last) == []
+        newest = service.list_versions(quiet, limit=20)
+        read = rows_read() - before
+        assert read < 100, read
+    assert [v.path for v in newest.data] == [f"/q/{i}.md" for i in range(1999, 1979, -1)]
+    older = service.list_versions(quiet, limit=20, cursor=newest.next_page)
+    assert [v.path for v in older.data] == [f"/q/{i}.md" for i in range(1979, 1959, -1)]
+    assert [c.version.path for c in service.changes(quiet, last - 2)] == [
+        "/q/1998.md",
+        "/q/1999.md",
+    ]

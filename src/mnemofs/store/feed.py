@@ -25,10 +25,12 @@ from mnemofs.store.rows import (
     _MEMORY_COLS,
     _STORE_COLS,
     _VERSION_COLS,
+    SEQ_END,
     _memory,
     _placeholders,
     _store,
     _version,
+    store_seq_range,
 )
 from mnemofs.store.sql import Listener
 from mnemofs.store.tx import Tx
@@ -97,10 +99,11 @@ class FeedMixin(ServiceBase):
         """Versions written to the store after position ``after_seq``, oldest first."""
 
         def run(tx: Tx) -> list[Change]:
+            where, order = store_seq_range(tx.dialect)
             rows = tx.all(
-                f"SELECT {_VERSION_COLS}, seq, folded_id FROM memory_versions "
-                "WHERE store_id = :store AND seq > :after ORDER BY seq LIMIT :limit",
-                {"store": store_id, "after": after_seq, "limit": limit},
+                f"SELECT {_VERSION_COLS}, seq, folded_id FROM memory_versions WHERE {where} "
+                f"ORDER BY {', '.join(order)} LIMIT :limit",
+                {"store": store_id, "lo": after_seq, "hi": SEQ_END, "limit": limit},
             )
             out: list[Change] = []
             for r in rows:

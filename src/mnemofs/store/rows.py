@@ -49,6 +49,28 @@ EVICT_ACTOR = "evict"  # the actor of versions that 'evict-lru' writes
 # was emptied) it may take the store's index and walk every row of the store to find the one id
 # (1.4 ms for 2,000 memories instead of 0.02; issue 17).
 BY_ID_IN_STORE = "id = :id AND store_id || '' = :store"
+SEQ_END = 2**63 - 1  # after every version's seq
+
+
+def store_seq_range(dialect: str) -> tuple[str, tuple[str, ...]]:
+    """Where and in what order (``ORDER BY`` columns, oldest first) to find the versions of
+    store :store with ``:lo < seq < :hi`` (``SEQ_END``: no bound). On PostgreSQL a range of
+    the (store_id, seq) index by row comparison, ordered by both its columns: with
+    ``store_id = :store AND seq > :lo ORDER BY seq`` the planner may walk the seq index from
+    :lo instead, taking the store's versions to be spread over all versions (it assumes the
+    two columns independent), and a store with no change since :lo then had every later
+    version of every other store read to find none (6,053 rows, 2.5 ms, where the index
+    reads 3 pages; a sync worker asks that of every store on every pass). An equality would
+    let the planner drop store_id from the order and choose so again. SQLite plans the plain
+    form well and row comparisons worse."""
+    if dialect == "postgresql":
+        return "(store_id, seq) > (:store, :lo) AND (store_id, seq) < (:store, :hi)", (
+            "store_id",
+            "seq",
+        )
+    return "store_id = :store AND seq > :lo AND seq < :hi", ("seq",)
+
+
 # The search index takes in a process's saved changes once its writes pause (SEARCH_QUIET_S),
 # or SEARCH_TRAIL_MAX_S after its last catch-up while they go on; a process with no writes of its
 # own since then looks for other processes' leftovers every SEARCH_TRAIL_S. Every search catches

@@ -25,12 +25,14 @@ from mnemofs.secrets import find_secrets
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
     _VERSION_COLS,
+    SEQ_END,
     _decode_cursor,
     _encode_cursor,
     _timestamp,
     _validate_limit,
     _validate_time,
     _version,
+    store_seq_range,
     utc_now,
 )
 from mnemofs.store.texts import (
@@ -78,7 +80,8 @@ class VersionsMixin(ServiceBase):
         }
         query = json.dumps(["versions", store_id, operation, filters])
         before = _decode_cursor(query, cursor)
-        where = ["store_id = :store"]
+        in_store, order = store_seq_range(self.db.dialect)
+        where = [in_store]
         if memory_id is not None:
             where.append("memory_id = :memory")
         if filters["actor"] is not None:
@@ -91,16 +94,15 @@ class VersionsMixin(ServiceBase):
             where.append("created_at >= :gte")
         if filters["lte"] is not None:
             where.append("created_at <= :lte")
-        if before is not None:
-            where.append("seq < :before")
         cols = _VERSION_COLS + (f", {_VERSION_CONTENT}" if full else "")
         sql = f"SELECT {cols}, seq FROM memory_versions WHERE {' AND '.join(where)} "
-        sql += "ORDER BY seq DESC LIMIT :limit"
+        sql += f"ORDER BY {', '.join(f'{c} DESC' for c in order)} LIMIT :limit"
         params = {
             **filters,
             "store": store_id,
             "operation": operation,
-            "before": before,
+            "lo": 0,
+            "hi": SEQ_END if before is None else before,
             "limit": limit + 1,
         }
 
