@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +33,7 @@ from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
 from mnemofs.http import memories, mounts, pools, sessions, stores, transfer
 from mnemofs.http.access import authenticate
+from mnemofs.http.revisions import Revisions
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.models import new_ulid
 from mnemofs.store.service import MemoryService
@@ -217,7 +219,11 @@ def create_app(service: MemoryService) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
-        yield
+        async with anyio.create_task_group() as tasks:  # the long polls' look (revisions.py)
+            runner: Runner = app.state.run
+            app.state.revisions = Revisions(lambda ids: runner(service.store_states, ids), tasks)
+            yield
+            tasks.cancel_scope.cancel()
         await run_in_threadpool(service.close)
 
     app = FastAPI(

@@ -10,23 +10,21 @@ the request.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Annotated, Any, TypeVar
 
-import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from mnemofs.http.access import attachment, caller_of
+from mnemofs.http.revisions import Revisions
 from mnemofs.http.stores import run, service
 from mnemofs.http.wire import HttpError, reply
 
 router = APIRouter(prefix="/mnemofs/v1", tags=["mounts (mnemofs)"])
 
 WAIT_MAX_S = 25.0  # a long poll answers by then even if nothing changed
-WAIT_LOOK_S = 0.05  # how often a long poll looks at the stores' revisions
 
 
 class Save(BaseModel):
@@ -147,15 +145,9 @@ async def wait_for_changes(
     for store_id in store_ids:
         attachment(caller, store_id)
     known = dict(zip(store_ids, revisions, strict=True))
-    deadline = time.monotonic() + wait
-    s = service(request)
-    while True:
-        states = await run(request, s.store_states, store_ids)
-        now = {str(sid): st.revision for sid, st in states.items()}
-        moved = sorted(sid for sid in store_ids if now.get(sid) != known[sid])
-        if moved or time.monotonic() >= deadline:
-            return reply({"changed": moved, "states": {k: _state(v) for k, v in states.items()}})
-        await anyio.sleep(WAIT_LOOK_S)
+    watch: Revisions = request.app.state.revisions
+    moved, states = await watch.wait(known, wait)
+    return reply({"changed": moved, "states": {k: _state(v) for k, v in states.items()}})
 
 
 @router.get("/memory_stores/{store_id}/changes", summary="The change feed after a position")

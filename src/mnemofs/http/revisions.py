@@ -1,0 +1,101 @@
+"""What the long polls (``GET /mnemofs/v1/changes/wait``) wait on: one look at the revisions
+of every store any of them waits for, every ``LOOK_S`` while any waits.
+
+Each poll used to look at its own stores every 50 ms, so the server's work grew with the
+sandboxes that merely sat waiting: 50 idle remote mounts on PostgreSQL kept the server at 36%
+of a core (and its database at 1,000 queries a second) with nothing changing. Now a poll looks
+once when it arrives (a store that moved before it came is answered at once, as before), then
+joins the others; a task of the server's looks for all of them at once and answers each poll
+whose stores moved. A look that fails (the database is down) fails every poll waiting on it,
+as each poll's own look did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+import anyio
+from anyio.abc import TaskGroup
+
+from mnemofs.models import StoreId, StoreState
+
+LOOK_S = 0.05  # how often the stores' revisions are looked at while a poll waits
+
+Look = Callable[[list[str]], Awaitable[dict[StoreId, StoreState]]]
+
+
+class _Poll:
+    __slots__ = ("answered", "error", "known", "states")
+
+    def __init__(self, known: Mapping[str, int]) -> None:
+        self.known = known
+        self.answered = anyio.Event()
+        self.states: dict[StoreId, StoreState] = {}
+        self.error: Exception | None = None
+
+    def moved(self, states: Mapping[StoreId, StoreState]) -> list[str]:
+        return sorted(
+            sid
+            for sid, revision in self.known.items()
+            if (state := states.get(StoreId(sid))) is None or state.revision != revision
+        )
+
+    def answer(self, states: Mapping[StoreId, StoreState]) -> None:
+        self.states = {StoreId(sid): states[StoreId(sid)] for sid in self.known if sid in states}
+        self.answered.set()
+
+
+class Revisions:
+    """The long polls' one look (see the module docstring). ``look`` reads the revisions of
+    the stores named; the looking task runs in ``tasks`` while any poll waits."""
+
+    def __init__(self, look: Look, tasks: TaskGroup) -> None:
+        self._look = look
+        self._tasks = tasks
+        self._polls: set[_Poll] = set()
+        self._looking = False
+
+    async def wait(
+        self, known: Mapping[str, int], wait_s: float
+    ) -> tuple[list[str], dict[StoreId, StoreState]]:
+        """The stores of ``known`` (id -> revision) whose revision moved, and their states,
+        once one moved or after ``wait_s`` seconds."""
+        states = await self._look(list(known))
+        poll = _Poll(known)
+        if moved := poll.moved(states):
+            return moved, states
+        self._polls.add(poll)
+        try:
+            if not self._looking:
+                self._looking = True
+                self._tasks.start_soon(self._keep_looking)
+            with anyio.move_on_after(wait_s):
+                await poll.answered.wait()
+        finally:
+            self._polls.discard(poll)
+        if poll.error is not None:
+            raise poll.error
+        if not poll.answered.is_set():  # nothing moved: revisions as the poll came
+            return [], states
+        return poll.moved(poll.states), poll.states
+
+    async def _keep_looking(self) -> None:
+        try:
+            while self._polls:
+                await anyio.sleep(LOOK_S)
+                waiting = list(self._polls)
+                if not waiting:
+                    break
+                ids = sorted({sid for poll in waiting for sid in poll.known})
+                try:
+                    states = await self._look(ids)
+                except Exception as exc:  # every poll waiting on this look fails with it
+                    for poll in waiting:
+                        poll.error = exc
+                        poll.answered.set()
+                    continue
+                for poll in waiting:
+                    if poll.moved(states):
+                        poll.answer(states)
+        finally:
+            self._looking = False
