@@ -171,8 +171,8 @@ def test_check_finds_what_is_wrong(
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_quiet_store_reads_its_own_versions_only(service: MemoryService) -> None:
-    """PostgreSQL: the change feed and the version list of a store read that store's versions
-    (the (store_id, seq) index), not every version written after them. Before, the planner
+    """PostgreSQL: the change feed, the version list and a snapshot's position of a store read
+    that store's versions (the (store_id, seq) index), not every version written after them. Before, the planner
     could walk all versions by seq from the position asked, taking the store's to be spread
     among them: a store quiet while another kept writing had every later version of the other
     read to find none of its own, on every pass of a sync worker (counted here in rows read)."""
@@ -198,6 +198,7 @@ def test_a_quiet_store_reads_its_own_versions_only(service: MemoryService) -> No
         before = rows_read()
         assert service.changes(quiet, last) == []
         newest = service.list_versions(quiet, limit=20)
+        assert service.snapshot(quiet).last_seq == last
         read = rows_read() - before
         assert read < 100, read
     assert [v.path for v in newest.data] == [f"/q/{i}.md" for i in range(1999, 1979, -1)]

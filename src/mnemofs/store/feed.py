@@ -64,8 +64,11 @@ class FeedMixin(ServiceBase):
                 "SELECT path FROM directories WHERE store_id = :store ORDER BY path",
                 {"store": store_id},
             )
+            where, order = store_seq_range(tx.dialect)  # the newest: its index's last entry
             last = tx.scalar(
-                "SELECT MAX(seq) FROM memory_versions WHERE store_id = :store", {"store": store_id}
+                f"SELECT seq FROM memory_versions WHERE {where} "
+                f"ORDER BY {', '.join(f'{c} DESC' for c in order)} LIMIT 1",
+                {"store": store_id, "lo": 0, "hi": SEQ_END},
             )
             return StoreSnapshot(
                 store=_store(row),
