@@ -171,11 +171,12 @@ def test_check_finds_what_is_wrong(
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_quiet_store_reads_its_own_versions_only(service: MemoryService) -> None:
-    """PostgreSQL: the change feed, the version list and a snapshot's position of a store read
-    that store's versions (the (store_id, seq) index), not every version written after them. Before, the planner
-    could walk all versions by seq from the position asked, taking the store's to be spread
-    among them: a store quiet while another kept writing had every later version of the other
-    read to find none of its own, on every pass of a sync worker (counted here in rows read)."""
+    """PostgreSQL: the change feed, the version list and a snapshot's position of a store
+    read that store's versions (the (store_id, seq) index), not every version written after
+    them. Before, the planner could walk all versions by seq from the position asked, taking
+    the store's to be spread among them: a store quiet while another kept writing had every
+    later version of the other read to find none of its own, on every pass of a sync worker
+    (counted here in rows read)."""
     quiet = service.create_store("Quiet").id
     busy = service.create_store("Busy").id
     for i in range(2000):
