@@ -74,16 +74,26 @@ class Server:
 
 
 @contextmanager
-def serving(db_url: str, log: Path, *, workers: int = 1) -> Iterator[Server]:
-    """The server on ``db_url``, ready (``/health`` answered), stopped afterwards."""
-    server = start_server(db_url, log, workers=workers)
+def serving(
+    db_url: str, log: Path, *, workers: int = 1, args: tuple[str, ...] = ()
+) -> Iterator[Server]:
+    """The server on ``db_url``, ready (``/health`` answered), stopped afterwards; ``args``:
+    more of ``mnemofs serve``'s options."""
+    server = start_server(db_url, log, workers=workers, args=args)
     try:
         yield server
     finally:
         server.stop()
 
 
-def start_server(db_url: str, log: Path, *, workers: int = 1, port: int | None = None) -> Server:
+def start_server(
+    db_url: str,
+    log: Path,
+    *,
+    workers: int = 1,
+    port: int | None = None,
+    args: tuple[str, ...] = (),
+) -> Server:
     """The server on ``db_url``, ready (``/health`` answered); the caller stops it."""
     port = port or free_port()
     env = {**os.environ, "MNEMOFS_DB": db_url}
@@ -98,6 +108,7 @@ def start_server(db_url: str, log: Path, *, workers: int = 1, port: int | None =
                 str(port),
                 "--workers",
                 str(workers),
+                *args,
             ],
             env=env,
             stdout=out,

@@ -32,6 +32,10 @@ MAX_FULL_PAGE_LIMIT = 20
 MAX_REQUEST_OVERHEAD_BYTES = 64 * 1024
 """An HTTP request body may hold a content's worth of JSON-escaped text plus this much."""
 
+SERVE_CONNECTIONS = 8
+"""PostgreSQL: store calls a ``mnemofs serve`` process makes at a time, so the database
+connections it holds for requests (each worker thread keeps one); ``--connections``."""
+
 DEFAULT_MOUNT_ROOT = "/mnt/memory"
 
 # Recall: how many words of memory `mnemofs context` gives a turn by default.

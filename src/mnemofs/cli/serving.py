@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mnemofs.cli.common import Context, pass_ctx
+from mnemofs.limits import SERVE_CONNECTIONS
 
 
 @click.command("serve")
@@ -18,8 +19,18 @@ from mnemofs.cli.common import Context, pass_ctx
     type=click.IntRange(1, 64),
     help="Server processes (each with its own database connections).",
 )
+@click.option(
+    "--connections",
+    default=SERVE_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="PostgreSQL: database connections each process uses for requests, at most "
+    "(more requests at once wait their turn).",
+)
 @pass_ctx
-def serve_command(ctx: Context, db: str | None, host: str, port: int, workers: int) -> None:
+def serve_command(
+    ctx: Context, db: str | None, host: str, port: int, workers: int, connections: int
+) -> None:
     """Serve the memory stores API (API.md) until SIGTERM or SIGINT; requests in flight
     finish first. Admins use an API key ('mnemofs keys create'); a sandbox uses a session
     token ('mnemofs sessions token'). Logs are JSON lines on stderr."""
@@ -29,4 +40,4 @@ def serve_command(ctx: Context, db: str | None, host: str, port: int, workers: i
         raise click.ClickException(
             f"the server needs its extra: pip install 'mnemofs[server]' ({exc.name} is missing)"
         ) from None
-    serve(db or ctx.db, host, port, workers)
+    serve(db or ctx.db, host, port, workers, connections)

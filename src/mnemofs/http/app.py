@@ -9,12 +9,13 @@ How the store is called (``store_runner``): on SQLite, inline on the event loop,
 daemon commits on its trio thread (PERF-NOTES: a hop to a worker thread costs 150-200 µs, more
 than the commit; measured here, two hops per request made an update 0.2x of in-process); SQLite
 takes one writer at a time anyway, and ``--workers`` adds processes. On PostgreSQL, each call
-runs on the thread pool (every thread its own connection), so a network round trip never
-stalls the loop.
+runs on a worker thread (every thread its own connection), ``mnemofs serve --connections`` at a
+time, so a network round trip never stalls the loop.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -205,17 +206,28 @@ async def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
-async def _threaded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return await run_in_threadpool(fn, *args, **kwargs)
+def store_runner(service: MemoryService, connections: int = limits.SERVE_CONNECTIONS) -> Runner:
+    """Inline for SQLite; for PostgreSQL on worker threads, ``connections`` at a time (see the
+    module docstring). The framework's own thread pool runs 40 at a time, and each thread keeps
+    a connection: a burst of requests left a process holding 41, and a few processes or hosts
+    then used up the server's ``max_connections`` (100 by default)."""
+    if service.engine.dialect == "sqlite":
+        return _inline
+    limiter: anyio.CapacityLimiter | None = None
+
+    async def threaded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal limiter
+        if limiter is None:  # made in the event loop that uses it
+            limiter = anyio.CapacityLimiter(connections)
+        call = functools.partial(fn, *args, **kwargs)
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
+
+    return threaded
 
 
-def store_runner(service: MemoryService) -> Runner:
-    """Inline for SQLite, the thread pool for PostgreSQL (see the module docstring)."""
-    return _inline if service.engine.dialect == "sqlite" else _threaded
-
-
-def create_app(service: MemoryService) -> FastAPI:
-    """The ASGI application over ``service`` (which it closes at shutdown)."""
+def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNECTIONS) -> FastAPI:
+    """The ASGI application over ``service`` (which it closes at shutdown), making at most
+    ``connections`` store calls at a time on PostgreSQL."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -235,7 +247,7 @@ def create_app(service: MemoryService) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
-    app.state.run = store_runner(service)
+    app.state.run = store_runner(service, connections)
     for module in (mounts, memories, stores, sessions, transfer, pools):
         # One flat route table (an included router is matched as a level of its own, which
         # cost ~0.1 ms a request here), the busiest routes first: every save of a remote

@@ -15,9 +15,11 @@ import os
 import time
 from typing import Any
 
+from mnemofs.limits import SERVE_CONNECTIONS
 from mnemofs.store.engine import ENV_DB, is_default_location, make_engine
 
 GRACE_S = 30  # at most this long for requests in flight to finish after SIGTERM
+ENV_CONNECTIONS = "MNEMOFS_SERVE_CONNECTIONS"  # --connections, handed to each worker
 _ACCESS_FIELDS = ("request_id", "method", "path", "status", "ms", "caller")
 
 
@@ -68,15 +70,19 @@ def app_from_env() -> Any:
 
     url = os.environ.get(ENV_DB)
     engine = make_engine(url, create=is_default_location(url))
-    return create_app(MemoryService(engine, actor="api"))
+    connections = int(os.environ.get(ENV_CONNECTIONS) or SERVE_CONNECTIONS)
+    return create_app(MemoryService(engine, actor="api"), connections=connections)
 
 
-def serve(db: str | None, host: str, port: int, workers: int) -> None:
+def serve(
+    db: str | None, host: str, port: int, workers: int, connections: int = SERVE_CONNECTIONS
+) -> None:
     """Run the server in the foreground until SIGTERM or SIGINT."""
     import uvicorn
 
     if db:
         os.environ[ENV_DB] = db
+    os.environ[ENV_CONNECTIONS] = str(connections)  # for each worker's app_from_env
     # Fail here, once, with the CLI's message, rather than in every worker.
     make_engine(db, create=is_default_location(db)).dispose()
     uvicorn.run(
