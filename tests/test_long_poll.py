@@ -19,6 +19,7 @@ import pytest
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import token_for
+from .pgstat import number
 from .served import serving
 
 
@@ -98,12 +99,11 @@ def test_waiting_polls_share_one_look(engine: Engine, db_url: str, tmp_path: Pat
     conn = psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
 
     def transactions() -> int:
-        row = conn.execute(
+        return number(
+            conn,
             "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+            "WHERE datname = current_database()",
+        )
 
     with serving(db_url, tmp_path / "server.log") as server:
         known = {store: _revision(service, store)}

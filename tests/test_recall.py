@@ -15,6 +15,7 @@ from mnemofs import errors
 from mnemofs.store import Engine, MemoryService, make_engine
 
 from .mounted import mounted, wait_for
+from .pgstat import rows_read
 
 
 @pytest.fixture
@@ -516,17 +517,9 @@ def test_a_catch_up_reads_only_the_rows_it_takes_in(service: MemoryService) -> N
     for i in range(100):
         service.create_memory(store, f"/later/{i}.md", f"later note {i}")
 
-    def rows_read() -> int:
-        conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
-        row = conn.execute(
-            "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables "
-            "WHERE relname = 'memories'"
-        ).fetchone()
-        return int(row[0])
-
-    before = rows_read()
+    before = rows_read(conn, "memories")
     service.catch_up_search()
-    read = rows_read() - before
+    read = rows_read(conn, "memories") - before
     assert read < 500, read  # each of the 100 found by two indexes, and what checks for more
     assert _pending(service) == 0
     assert [m.path for m in service.search(store, "later note 7")] == ["/later/7.md"]

@@ -14,6 +14,7 @@ import pytest
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import token_for
+from .pgstat import number
 from .served import serving
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
@@ -31,12 +32,11 @@ def test_a_burst_of_requests_holds_few_connections(
     watch = psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
 
     def connections() -> int:
-        row = watch.execute(
+        return number(
+            watch,
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend'"
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+            "AND backend_type = 'client backend'",
+        )
 
     failed: list[BaseException] = []
 

@@ -12,6 +12,8 @@ from mnemofs import errors
 from mnemofs.models import Actor
 from mnemofs.store import MemoryService
 
+from .pgstat import rows_read
+
 
 def age(service: MemoryService, version_ids: list[str], days: float) -> None:
     """Backdate versions, as if written ``days`` ago (the only way to test retention)."""
@@ -186,21 +188,12 @@ def test_a_quiet_store_reads_its_own_versions_only(service: MemoryService) -> No
         service.create_memory(busy, f"/b/{i}.md", f"busy {i}")
     conn = service.db._connection()
     conn.execute("ANALYZE memory_versions")
-
-    def rows_read() -> int:
-        conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
-        row = conn.execute(
-            "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables "
-            "WHERE relname = 'memory_versions'"
-        ).fetchone()
-        return int(row[0])
-
     for _ in range(8):  # past the custom plans a prepared statement starts with
-        before = rows_read()
+        before = rows_read(conn, "memory_versions")
         assert service.changes(quiet, last) == []
         newest = service.list_versions(quiet, limit=20)
         assert service.snapshot(quiet).last_seq == last
-        read = rows_read() - before
+        read = rows_read(conn, "memory_versions") - before
         assert read < 100, read
     assert [v.path for v in newest.data] == [f"/q/{i}.md" for i in range(1999, 1979, -1)]
     older = service.list_versions(quiet, limit=20, cursor=newest.next_page)

@@ -64,10 +64,10 @@ class FeedMixin(ServiceBase):
                 "SELECT path FROM directories WHERE store_id = :store ORDER BY path",
                 {"store": store_id},
             )
-            where, order = store_seq_range(tx.dialect)  # the newest: its index's last entry
+            versions = store_seq_range(tx.dialect)  # the newest: its index's last entry
             last = tx.scalar(
-                f"SELECT seq FROM memory_versions WHERE {where} "
-                f"ORDER BY {', '.join(f'{c} DESC' for c in order)} LIMIT 1",
+                f"SELECT seq FROM memory_versions WHERE {versions.where} "
+                f"ORDER BY {versions.newest_first} LIMIT 1",
                 {"store": store_id, "lo": 0, "hi": SEQ_END},
             )
             return StoreSnapshot(
@@ -102,10 +102,10 @@ class FeedMixin(ServiceBase):
         """Versions written to the store after position ``after_seq``, oldest first."""
 
         def run(tx: Tx) -> list[Change]:
-            where, order = store_seq_range(tx.dialect)
+            versions = store_seq_range(tx.dialect)
             rows = tx.all(
-                f"SELECT {_VERSION_COLS}, seq, folded_id FROM memory_versions WHERE {where} "
-                f"ORDER BY {', '.join(order)} LIMIT :limit",
+                f"SELECT {_VERSION_COLS}, seq, folded_id FROM memory_versions "
+                f"WHERE {versions.where} ORDER BY {versions.oldest_first} LIMIT :limit",
                 {"store": store_id, "lo": after_seq, "hi": SEQ_END, "limit": limit},
             )
             out: list[Change] = []

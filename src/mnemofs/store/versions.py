@@ -80,8 +80,8 @@ class VersionsMixin(ServiceBase):
         }
         query = json.dumps(["versions", store_id, operation, filters])
         before = _decode_cursor(query, cursor)
-        in_store, order = store_seq_range(self.db.dialect)
-        where = [in_store]
+        in_store = store_seq_range(self.db.dialect)
+        where = [in_store.where]
         if memory_id is not None:
             where.append("memory_id = :memory")
         if filters["actor"] is not None:
@@ -96,7 +96,7 @@ class VersionsMixin(ServiceBase):
             where.append("created_at <= :lte")
         cols = _VERSION_COLS + (f", {_VERSION_CONTENT}" if full else "")
         sql = f"SELECT {cols}, seq FROM memory_versions WHERE {' AND '.join(where)} "
-        sql += f"ORDER BY {', '.join(f'{c} DESC' for c in order)} LIMIT :limit"
+        sql += f"ORDER BY {in_store.newest_first} LIMIT :limit"
         params = {
             **filters,
             "store": store_id,
