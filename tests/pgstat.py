@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
+
+def watching(db_url: str) -> Any:
+    """A connection of the test's own to the database at ``db_url`` (a SQLAlchemy URL), in
+    autocommit mode: each count is read afresh."""
+    return psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+
 
 def number(conn: Any, sql: str) -> int:
     """The one integer ``sql`` answers, on a psycopg connection."""

@@ -13,13 +13,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import token_for
-from .pgstat import number
+from .pgstat import number, watching
 from .served import serving
 
 
@@ -96,7 +95,7 @@ def test_waiting_polls_share_one_look(engine: Engine, db_url: str, tmp_path: Pat
     service = MemoryService(engine, actor="tests")
     store = service.create_store("Notes").id
     token = token_for(db_url, service.create_session([{"memory_store_id": store}]).id)
-    conn = psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+    conn = watching(db_url)
 
     def transactions() -> int:
         return number(

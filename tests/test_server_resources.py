@@ -8,13 +8,12 @@ import threading
 import urllib.request
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import token_for
-from .pgstat import number
+from .pgstat import number, watching
 from .served import serving
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgres"], indirect=True)]
@@ -29,7 +28,7 @@ def test_a_burst_of_requests_holds_few_connections(
     service = MemoryService(engine, actor="tests")
     store = service.create_store("Burst").id
     token = token_for(db_url, service.create_session([{"memory_store_id": store}]).id)
-    watch = psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+    watch = watching(db_url)
 
     def connections() -> int:
         return number(
