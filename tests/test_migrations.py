@@ -180,13 +180,16 @@ def test_0013_postgres_vectors_are_made_and_then_trail(tmp_path: Path) -> None:
         _an_old_heron(engine)
         upgrade(engine)
         stale = "SELECT COUNT(*) FROM memories WHERE search_vector IS NULL"
+        behind = "SELECT COUNT(*) FROM memories WHERE search_head IS DISTINCT FROM head_version_id"
         with engine.sqlalchemy().connect() as conn:
             assert conn.execute(text(stale)).scalar() == 0
+            assert conn.execute(text(behind)).scalar() == 0
         service = MemoryService(engine)
+        service.search_trail.stop()  # the catch-ups are the searches' below
         assert [h.path for h in service.search("memstore_1", "heron")] == ["/old.md"]
         service.update_memory("memstore_1", "mem_1", content="now an ibis")
-        with engine.sqlalchemy().connect() as conn:
-            assert conn.execute(text(stale)).scalar() == 1
+        with engine.sqlalchemy().connect() as conn:  # since 0015 the change is a version behind
+            assert conn.execute(text(behind)).scalar() == 1
         assert service.search("memstore_1", "heron") == []
         assert [h.path for h in service.search("memstore_1", "ibis")] == ["/old.md"]
         assert service.check().problems == []
@@ -345,6 +348,74 @@ def test_0014_keeps_every_text_once_and_downgrades(tmp_path: Path, backend: str)
     finally:
         if drop is not None:
             drop()
+
+
+@pytest.mark.postgres
+def test_0015_saves_leave_the_vector_and_searches_skip_it(tmp_path: Path) -> None:
+    """0015 (PostgreSQL): the vectors the trigger had emptied are made by the upgrade and each
+    store is marked as taken in; after it a save leaves its row's vector as it was (a HOT
+    update: no index holds what a save changes), a search never matches a vector made from
+    another version than the row's head, and a catch-up brings it up. The downgrade brings
+    the trigger back, with the rows behind emptied as it would have left them."""
+    from alembic import command
+
+    from .pgstat import number
+
+    url, drop = _own_pg_database("marks")
+    try:
+        engine = make_engine(url, check_schema=False)
+        upgrade(engine, "0013")
+        _a_history_at_0013(engine)
+        upgrade(engine, "0014")  # rows inserted as they were: no vectors yet
+        upgrade(engine)
+        sql = engine.sqlalchemy()
+        with sql.connect() as conn:
+            empty = "SELECT COUNT(*) FROM memories WHERE search_vector IS NULL"
+            assert conn.execute(text(empty)).scalar() == 0
+            marks = conn.execute(text("SELECT store_id, seq FROM search_marks")).all()
+            last = conn.execute(
+                text("SELECT store_id, MAX(seq) FROM memory_versions GROUP BY store_id")
+            ).all()
+        assert sorted(marks) == sorted(last)
+        service = MemoryService(engine)
+        service.search_trail.stop()  # the catch-ups are this test's
+        a = "memstore_a"
+        assert [h.path for h in service.search(a, "heron")] == ["/b.md"]
+        conn = service.db._connection()
+
+        def hot_updates() -> int:
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            return number(
+                conn, "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'memories'"
+            )
+
+        hot = hot_updates()
+        service.update_memory(a, "mem_a", content="now an egret\n")
+        assert hot_updates() == hot + 1
+        real = service.catch_up_search
+        service.catch_up_search = lambda **_: None  # type: ignore[method-assign]
+        assert service.search(a, "heron") == []  # the vector is the heron's still
+        assert service.search(a, "egret") == []
+        service.catch_up_search = real  # type: ignore[method-assign]
+        assert [h.path for h in service.search(a, "egret")] == ["/b.md"]
+        service.update_memory(a, "mem_a", content="an egret again\n")
+        service.catch_up_search = lambda **_: None  # type: ignore[method-assign]
+        service.close()  # without catching up: mem_a is behind
+        config = Config()
+        config.set_main_option(
+            "script_location", str(Path(engine_module.__file__).parent / "migrations")
+        )
+        with sql.connect() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0014")
+            conn.commit()
+            emptied = "SELECT id FROM memories WHERE search_vector IS NULL"
+            assert conn.execute(text(emptied)).scalars().all() == ["mem_a"]
+            trigger = "SELECT COUNT(*) FROM pg_trigger WHERE tgname = 'search_note_change'"
+            assert conn.execute(text(trigger)).scalar() == 1
+        engine.dispose()
+    finally:
+        drop()
 
 
 def _own_pg_database(what: str) -> tuple[str, Any]:

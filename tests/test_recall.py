@@ -287,11 +287,11 @@ def test_a_save_stamps_the_access_noted_before_it(service: MemoryService) -> Non
 
 def _pending(service: MemoryService) -> int:
     """Changes the search index has yet to take in: SQLite's notes (0009), PostgreSQL's rows
-    without a vector (0013)."""
+    whose vector is not their head version's (0015)."""
     sql = (
         "SELECT COUNT(*) FROM search_pending"
         if service.db.dialect == "sqlite"
-        else "SELECT COUNT(*) FROM memories WHERE search_vector IS NULL"
+        else "SELECT COUNT(*) FROM memories WHERE search_head IS DISTINCT FROM head_version_id"
     )
     return int(service.db.run(lambda tx: tx.scalar(sql), write=False))
 
@@ -525,6 +525,41 @@ def test_a_catch_up_reads_only_the_rows_it_takes_in(service: MemoryService) -> N
     assert [m.path for m in service.search(store, "later note 7")] == ["/later/7.md"]
     plain = conn.execute("SHOW enable_seqscan").fetchone()
     assert plain == ("on",)  # the session plans as it did: the batches asked for themselves
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_row_another_transaction_holds_is_taken_in_later(
+    service: MemoryService, db_url: str
+) -> None:
+    """PostgreSQL (0015): a catch-up skips a memory another transaction holds (waiting could
+    deadlock with a change of many rows), takes in the rest, and keeps its store's mark
+    before the skipped change, so a later catch-up takes it in; meanwhile no search finds the
+    memory by the text it replaced. A deleted store's mark goes with it."""
+    from .pgstat import number, watching
+
+    service.search_trail.stop()  # every catch-up here is the test's
+    store = service.create_store("Held").id
+    held = service.create_memory(store, "/held.md", "a grey heron")
+    service.catch_up_search()
+    service.update_memory(store, held.id, content="a white egret")
+    later = service.create_memory(store, "/later.md", "a black stork")
+    other = watching(db_url)
+    try:
+        other.execute("BEGIN")
+        other.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", [held.id])  # a stamp
+        assert service.search(store, "heron") == []
+        assert service.search(store, "egret") == []  # not taken in: held
+        assert [h.path for h in service.search(store, "stork")] == ["/later.md"]
+        assert _pending(service) == 1
+        other.execute("ROLLBACK")
+        assert [h.path for h in service.search(store, "egret")] == ["/held.md"]
+        assert _pending(service) == 0
+        service.delete_memory(store, later.id)
+        service.delete_store(store)
+        assert number(other, "SELECT COUNT(*) FROM search_marks") == 0
+    finally:
+        other.close()
 
 
 def test_a_reused_row_never_shows_the_text_it_had(tmp_path: Path) -> None:

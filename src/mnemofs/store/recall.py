@@ -17,6 +17,7 @@ from mnemofs.models import (
 )
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import _SEARCH_WORD, _placeholders, _validate_limit
+from mnemofs.store.searchmarks import SEARCH_CURRENT
 from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import Tx
 
@@ -74,7 +75,7 @@ class RecallMixin(ServiceBase):
                 "MinWords=5, FragmentDelimiter=…') AS snippet "
                 "FROM memories m JOIN contents c ON c.store_id = m.store_id "
                 "AND c.sha256 = m.content_sha256, plainto_tsquery('simple', :query) q "
-                f"WHERE m.store_id IN ({inside}) AND m.search_vector @@ q "
+                f"WHERE m.store_id IN ({inside}) AND m.search_vector @@ q AND {SEARCH_CURRENT} "
                 f"ORDER BY score DESC, m.path LIMIT {limit}",
                 {"query": " ".join(words), **params},
             )

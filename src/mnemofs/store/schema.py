@@ -12,11 +12,11 @@ Conventions
   that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
   the per-store checks (path free, count under the limit) cannot race.
 
-Search (migrations 0004, 0009, 0013, 0014) lives outside this file: on SQLite an FTS5 table
-``memories_fts`` over the view ``memories_text`` (each memory's path and content), whose
-changes triggers note in ``search_pending``; on
-PostgreSQL a ``search_vector`` column with a GIN index, which a trigger empties when a row's
-path or content changes (``SEARCH_OBJECTS``). Both catch up in batches
+Search (migrations 0004, 0009, 0013, 0014, 0015) lives outside this file: on SQLite an FTS5
+table ``memories_fts`` over the view ``memories_text`` (each memory's path and content), whose
+changes triggers note in ``search_pending``; on PostgreSQL a ``search_vector`` column with a
+GIN index, made from the version ``search_head`` names, and ``search_marks``, how far each
+store's versions are taken in (``SEARCH_OBJECTS``). Both catch up in batches
 (``ServiceBase.catch_up_search``). A migration that rebuilds ``memories`` (SQLite batch mode)
 must recreate those triggers.
 
@@ -271,6 +271,7 @@ SEARCH_OBJECTS = frozenset(
         "memories_text",  # SQLite: the view the index reads its text from (0014)
         "search_vector",
         "ix_memories_search_vector",
-        "ix_memories_search_stale",  # PostgreSQL: rows whose vector is to be made (0013)
+        "search_head",  # PostgreSQL: the version a row's vector was made from (0015)
+        "search_marks",  # PostgreSQL: how far each store's versions are in the index (0015)
     }
 )

@@ -43,6 +43,7 @@ from mnemofs.store.rows import (
     _validate_user,
     utc_now,
 )
+from mnemofs.store.searchmarks import forget_marks
 from mnemofs.store.texts import _purge_search_index, _sweep_contents
 from mnemofs.store.tx import Tx
 
@@ -308,6 +309,7 @@ class StoresMixin(ServiceBase):
                 tx.run(f"DELETE FROM {table} WHERE store_id = :id", {"id": store_id})
             _sweep_contents(tx, store_id)  # all of them now: nothing names any
             tx.run("DELETE FROM memory_stores WHERE id = :id", {"id": store_id})
+            forget_marks(tx, store_id)
             _purge_search_index(tx)
 
         self._write(run)

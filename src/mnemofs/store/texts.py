@@ -1,10 +1,11 @@
 """Where memory text lives: each distinct text of a store once, in ``contents``, named by hash
 from memories and versions (migration 0014); and the search index over the memories' texts,
-which trails saves (SQLite: 0009, PostgreSQL: 0013) and is caught up in batches."""
+which trails saves (SQLite: 0009, PostgreSQL: 0013 and 0015) and is caught up in batches."""
 
 from __future__ import annotations
 
 from mnemofs.content import Content
+from mnemofs.store.searchmarks import STORES_BEHIND, catch_up_marks
 from mnemofs.store.tx import Tx
 
 
@@ -58,28 +59,13 @@ def _sweep_contents(tx: Tx, store_id: str | None) -> int:
 
 
 def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
-    """Bring the search index up to date, ``batch`` rows at most (all without one); returns
+    """Bring the search index up to date, ``batch`` changes at most (all without one); returns
     how many were taken. SQLite: the changes its triggers noted in ``search_pending``
     (migration 0009), oldest first; each noted row first leaves the FTS5 index as the note
     says the index holds it, then enters it as ``memories`` holds it now, if it still exists.
-    PostgreSQL: the rows whose ``search_vector`` a change emptied (migration 0013) get theirs,
-    oldest first; rows a transaction is changing are left to the next catch-up (they are
-    emptied again). A batch is planned with no whole-table scan (``SET LOCAL``, so it is
-    planned so wherever it runs and the session keeps its own settings): its plan is kept by
-    the connection, and one made while the table was small, or while the statistics said every
-    vector was missing (an ANALYZE during a burst of saves), scanned the whole table for every
-    batch of 20 from then on (docs/decisions.md, "A catch-up reads the rows it takes in")."""
+    PostgreSQL: each store's versions past its mark (migration 0015, ``searchmarks``)."""
     if tx.dialect != "sqlite":
-        limit = ""
-        if batch is not None:
-            limit = f" LIMIT {int(batch)}"
-            tx.run("SET LOCAL enable_seqscan = off")
-        return tx.count(
-            "UPDATE memories m SET search_vector = mnemofs_search_vector(m.path, c.content) "
-            "FROM contents c WHERE c.store_id = m.store_id AND c.sha256 = m.content_sha256 "
-            "AND m.id IN (SELECT id FROM memories WHERE search_vector IS NULL ORDER BY id"
-            f"{limit} FOR UPDATE SKIP LOCKED)"
-        )
+        return catch_up_marks(tx, batch)
     limit = "" if batch is None else f" ORDER BY mem_rowid LIMIT {int(batch)}"
     last = tx.scalar(f"SELECT MAX(mem_rowid) FROM (SELECT mem_rowid FROM search_pending{limit})")
     if last is None:
@@ -108,12 +94,7 @@ def _catch_up_search(tx: Tx, batch: int | None = None) -> int:
 def _search_pending(tx: Tx) -> bool:
     if tx.dialect == "sqlite":
         return tx.scalar("SELECT 1 FROM search_pending LIMIT 1") is not None
-    # In the partial index's order: a whole-table scan would have to sort what it finds, so
-    # the index is the cheaper plan whatever the statistics say of the missing vectors.
-    return (
-        tx.scalar("SELECT 1 FROM memories WHERE search_vector IS NULL ORDER BY id LIMIT 1")
-        is not None
-    )
+    return tx.scalar(f"SELECT 1 {STORES_BEHIND} LIMIT 1") is not None
 
 
 def _purge_search_index(tx: Tx) -> None:
