@@ -54,6 +54,7 @@ from mnemofs.store.rows import (
     keep_directory,
     utc_now,
 )
+from mnemofs.store.searchmarks import MOVED_VECTOR
 from mnemofs.store.sql import Database
 from mnemofs.store.texts import _CONTENT_INSERT, _MEMORY_CONTENT, _VERSION_CONTENT
 from mnemofs.store.trail import SearchTrail
@@ -433,6 +434,8 @@ class ServiceBase:
         else:
             writes = [_CONTENT_INSERT]
             set_content = "content_sha256 = :sha, size_bytes = :size, "
+        if new_path != row.path:
+            set_content += MOVED_VECTOR[tx.dialect]
         writes += [
             _VERSION_INSERT,
             f"UPDATE memories SET path = :path, {set_content}updated_at = :now, "

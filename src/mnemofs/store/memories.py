@@ -54,6 +54,7 @@ from mnemofs.store.rows import (
     _validate_limit,
     utc_now,
 )
+from mnemofs.store.searchmarks import MOVED_VECTOR
 from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
 
@@ -64,7 +65,7 @@ from mnemofs.store.tx import GuardFailed, Tx
 # by zero: ``GuardFailed``, and nothing written.
 _RENAME_AS_SAVED = (
     "WITH m AS (UPDATE memories SET path = :path, updated_at = :now, head_version_id = :version, "
-    f"accessed_at = :now WHERE {_AS_SAVED} RETURNING id), "
+    f"{MOVED_VECTOR['postgresql']}accessed_at = :now WHERE {_AS_SAVED} RETURNING id), "
     f"v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM m"
 )
 _DELETE_AS_SAVED = (

@@ -26,6 +26,7 @@ from mnemofs.models import STORE_PREFIX, MemoryStore, new_id
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.check import check
 from mnemofs.store.rows import _store, _validate_store_name, _validate_time, utc_now
+from mnemofs.store.searchmarks import MOVED_VECTOR
 from mnemofs.store.texts import _content_of
 from mnemofs.store.tx import Tx
 
@@ -203,7 +204,7 @@ class TimeTravelMixin(ServiceBase):
         for step in steps:
             if step.action in ("modify", "move"):
                 tx.run(
-                    "UPDATE memories SET path = :parked WHERE id = :id",
+                    f"UPDATE memories SET {MOVED_VECTOR[tx.dialect]}path = :parked WHERE id = :id",
                     {"parked": f"restoring:{step.memory_id}", "id": step.memory_id},
                 )
         for step in steps:
