@@ -74,9 +74,12 @@ def forget_marks(tx: Tx, store_id: str) -> None:
 def catch_up_marks(tx: Tx, batch: int | None) -> int:
     """Take the stores' changes into the index, ``batch`` versions at most (all without one),
     store by store; how many versions were taken. A store whose every version past its mark
-    was taken gets its revision of before the look as its mark's (a change committed since
-    has a later revision: that store stays behind)."""
-    tx.run("SET LOCAL enable_seqscan = off")  # the plans kept by a connection: docs, above
+    was taken is marked with the revision it had when the look began (a change committed
+    since has a later one: that store stays behind). Planned with no whole-table scan (only
+    this transaction): a connection keeps its plans, and one made while a table was small
+    would scan it for every batch from then on (decisions.md, "A catch-up reads the rows it
+    takes in")."""
+    tx.run("SET LOCAL enable_seqscan = off")
     stores = tx.all(f"SELECT s.id, s.revision, k.seq {STORES_BEHIND} ORDER BY s.id")
     taken = 0
     for store in stores:
