@@ -529,6 +529,54 @@ def test_a_catch_up_reads_only_the_rows_it_takes_in(service: MemoryService) -> N
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_catch_ups_racing_each_other_and_saves_leave_every_memory_found(
+    service: MemoryService, db_url: str
+) -> None:
+    """PostgreSQL (0015): two processes catching one store up at once while a third saves
+    (each takes the rows the other does not hold, and a mark only moves forward) leave the
+    index agreeing with every memory: each found by its last word, none by a word it had."""
+    import threading
+
+    others = [MemoryService(make_engine(db_url), actor=f"p{i}") for i in range(2)]
+    service.search_trail.stop()
+    for other in others:
+        other.search_trail.stop()
+    store = service.create_store("Race").id
+    ids = [service.create_memory(store, f"/n/{i}.md", f"w{i}x0").id for i in range(60)]
+    last = dict.fromkeys(range(60), 0)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def catching_up(other: MemoryService) -> None:
+        try:
+            while not stop.is_set():
+                other.catch_up_search()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=catching_up, args=(o,)) for o in others]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(1, 6):
+            for i in range(60):
+                service.update_memory(store, ids[i], content=f"w{i}x{k}")
+                last[i] = k
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for other in others:
+            other.close()
+    assert failures == []
+    for i in range(0, 60, 7):
+        assert [h.path for h in service.search(store, f"w{i}x{last[i]}")] == [f"/n/{i}.md"]
+        assert service.search(store, f"w{i}x{last[i] - 1}") == []
+    assert _pending(service) == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_row_another_transaction_holds_is_taken_in_later(
     service: MemoryService, db_url: str
 ) -> None:
