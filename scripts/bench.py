@@ -21,7 +21,8 @@ alike; the order rotates each round), on:
   and how long a save through one remote mount takes to show in another;
 - with ``--against REV``: baseline, the same mount as mnemofs run from the code of git revision
   REV (its ``src/``, exported into the work folder): a change measured against what it
-  changes, side by side in one run (mnemofs/baseline).
+  changes, side by side in one run (mnemofs/baseline); with ``--pg`` too, baseline-pg, the
+  same on PostgreSQL (pg/baseline-pg).
 
 Everything (sources, caches, databases) lives in a folder on tmpfs (``--dir``, default
 /dev/shm). Phases: mkdir, create+write+close of 4 KiB files in 20 directories, stat, list,
@@ -355,6 +356,8 @@ class Bench:
         folder (``git archive``: no worktree to clean up)."""
         repo = Path(__file__).resolve().parent.parent
         dest = self.work / "baseline-code"
+        if dest.exists():  # exported already (for baseline-pg)
+            return dest / "src"
         dest.mkdir()
         archive = subprocess.run(
             ["git", "-C", str(repo), "archive", rev, "src/mnemofs"], check=True, capture_output=True
@@ -492,7 +495,7 @@ def report(targets: list[Target], repeat: int, files: int, texts: Texts) -> None
     runs = {t.name: t.runs for t in targets}
     ratios = [("mnemofs", "bindfs"), ("mnemofs", "rclone")]
     ratios += [(n, "mnemofs") for n in ("mnemofs-full", "mnemofs-pg", "remote") if n in med]
-    ratios += [("mnemofs", "baseline")]
+    ratios += [("mnemofs", "baseline"), ("mnemofs-pg", "baseline-pg")]
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
     print(
         f"\n{files} files of 4 KiB ({'prose' if texts.prose else 'x bytes'}) in {DIRS} "
@@ -583,6 +586,9 @@ def main() -> None:
             if not url:
                 raise SystemExit("--pg needs a URL or $MNEMOFS_TEST_PG_URL")
             targets.append(bench.mnemofs("mnemofs-pg", url)[0])
+            if args.against and want("baseline-pg"):
+                code = bench.code_of(args.against)
+                targets.append(bench.mnemofs("baseline-pg", url, code=code)[0])
         other = None
         if args.remote and want("remote"):
             remote, other = bench.remote()
