@@ -1,7 +1,7 @@
 """A mount's request thread on PostgreSQL (``Database.serve_interactively``): it waits for replies
-by spinning first (store/pgwait.py), and every answer still arrives, slow ones and failures
-included; its plans use indexes even when the statistics say a table is empty. Only that thread
-is so."""
+by spinning first within a stream of saves (store/pgwait.py), and every answer still arrives,
+slow ones and failures included; its plans use indexes even when the statistics say a table is
+empty. Only that thread is so."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from mnemofs.content import Content
 from mnemofs.store import MemoryService
-from mnemofs.store.pgwait import SPIN_S
+from mnemofs.store.pgwait import SPIN_S, STREAM_GAP_S, STREAM_S, Spin
 
 pytestmark = pytest.mark.postgres
 
@@ -23,7 +23,7 @@ def test_the_writer_thread_spins_and_still_gets_every_answer(service: MemoryServ
     store = svc.create_store("Spin", "").id
     svc.defer_checkpoints()  # what a mount calls on its request thread
     conn = svc.db._connection()
-    assert conn.spin_s == SPIN_S
+    assert isinstance(conn.spin, Spin)
     # Answers slower than the spin come through psycopg's own wait.
     assert conn.execute("SELECT pg_sleep(0.01), 42").fetchone() == ("", 42)
     memory, _ = svc.save_file(store, "/notes/a.md", Content.from_text("alpha"))
@@ -38,18 +38,19 @@ def test_the_writer_thread_spins_and_still_gets_every_answer(service: MemoryServ
     # threads' are not.
     svc.db._discard()
     again = svc.db._connection()
-    assert again.spin_s == SPIN_S
+    assert isinstance(again.spin, Spin)
+    assert again.spin is not conn.spin
     assert again.execute("SHOW enable_seqscan").fetchone()[0] == "off"
-    seen: list[tuple[float, str]] = []
+    seen: list[tuple[Spin | None, str]] = []
 
     def look() -> None:
         conn = svc.db._connection()
-        seen.append((conn.spin_s, conn.execute("SHOW enable_seqscan").fetchone()[0]))
+        seen.append((conn.spin, conn.execute("SHOW enable_seqscan").fetchone()[0]))
 
     other = threading.Thread(target=look)
     other.start()
     other.join()
-    assert seen == [(0.0, "on")]
+    assert seen == [(None, "on")]
     assert [m.path for m in svc.list_memories(store, depth=None).data] == ["/notes/a.md"]
 
 
@@ -74,3 +75,28 @@ def test_the_writer_thread_uses_indexes_after_an_emptied_table_was_vacuumed(
             (store, path),
         ).fetchall()
         assert not any("Seq Scan" in line for (line,) in plan), plan
+
+
+def test_waits_spin_only_once_a_stream_of_them_has_gone_on() -> None:
+    """A burst after a pause sleeps in every wait (a spinning thread sends the server's process
+    to the other vCPU, which has halted); a stream of STREAM_S with no gap over STREAM_GAP_S
+    between a reply and the next wait spins, and a longer gap ends the stream."""
+    spin = Spin()
+    now, step = 100.0, STREAM_GAP_S / 4  # a wait of a quarter gap, then the next at once
+    spun = []
+    while now < 100.0 + 2 * STREAM_S:
+        until = spin.until(now)
+        spun.append(until > now)
+        if until > now:
+            assert until == now + SPIN_S
+        now += step
+        spin.answered(now)
+    first = spun.index(True)
+    assert not any(spun[:first])
+    assert all(spun[first:])
+    assert first - round(STREAM_S / step) in (0, 1)  # the stream's length, give or take a wait
+    # A reply, then the next wait a little over the gap later: a new stream, no spin.
+    now += STREAM_GAP_S * 1.5
+    assert spin.until(now) == now
+    spin.answered(now + step)
+    assert spin.until(now + step) == now + step

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
+from mnemofs.store.pgwait import Spin
 from mnemofs.store.tx import GuardFailed, Statements, Tx
 
 MAX_PREPARED = 512
@@ -99,7 +100,7 @@ class PipelineTx(Tx):
         "_pg",
         "_poller",
         "_prepared",
-        "_spin_s",
+        "_spin",
         "told",
     )
 
@@ -114,7 +115,7 @@ class PipelineTx(Tx):
         self._pending: list[_Pending] = []
         self._failed = False
         self.told: set[str] = set()  # the stores to tell of once committed (Tx.tell)
-        self._spin_s = float(getattr(conn, "spin_s", 0.0))
+        self._spin: Spin | None = getattr(conn, "spin", None)
         # One poller per connection and socket (a socket changes only with a new connection).
         socket = self._pg.socket
         poller = getattr(conn, "mnemofs_poller", None)
@@ -275,19 +276,24 @@ class PipelineTx(Tx):
         return pg.get_result()
 
     def _wait(self) -> None:
-        """Until the socket has something to read: spin first (a mount's request thread,
-        store/pgwait.py), then sleep in ``poll``. Interrupted (Ctrl-C), the server's work is
-        cancelled too, as psycopg's own wait does: a statement waiting for a lock would wait
-        on after its client has gone, holding what it has locked."""
+        """Until the socket has something to read: spin first (a mount's request thread within
+        a stream of saves, store/pgwait.py), then sleep in ``poll``. Interrupted (Ctrl-C), the
+        server's work is cancelled too, as psycopg's own wait does: a statement waiting for a
+        lock would wait on after its client has gone, holding what it has locked."""
         poll = self._poller.poll
+        spin = self._spin
+        clock = time.perf_counter
         try:
-            if self._spin_s:
-                end = time.perf_counter() + self._spin_s
-                while time.perf_counter() < end:
+            if spin is not None:
+                end = spin.until(clock())
+                while clock() < end:
                     if poll(0):
+                        spin.answered(clock())
                         return
             while not poll(_POLL_MS):
                 pass
+            if spin is not None:
+                spin.answered(clock())
         except KeyboardInterrupt:
             with suppress(Exception):
                 self._conn.cancel_safe(timeout=CANCEL_WAIT_S)

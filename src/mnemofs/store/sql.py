@@ -36,7 +36,7 @@ from mnemofs.errors import Unavailable
 from mnemofs.store.engine import Engine
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
-from mnemofs.store.pgwait import SPIN_S
+from mnemofs.store.pgwait import Spin
 from mnemofs.store.tx import Tx
 from mnemofs.store.wal import ERASE_WAIT_S, Wal
 
@@ -199,11 +199,11 @@ class Database:
     def serve_interactively(self) -> None:
         """Mark this thread as the one that answers a program waiting on every reply (a
         mount's request loop). On PostgreSQL its connection (and any made again on it later)
-        then waits for replies by spinning first (store/pgwait.py) and plans no whole-table
-        scan where an index can answer: after a VACUUM of an emptied table its statistics say
-        it is empty, so a cached plan kept scanning it while a store refilled (a rename's path
-        check 3x slower until the next ANALYZE, up to a minute later; issue 17). Every query
-        of that thread has an index to use. Nothing changes on SQLite."""
+        then waits for replies by spinning first within a stream of saves (store/pgwait.py)
+        and plans no whole-table scan where an index can answer: after a VACUUM of an emptied
+        table its statistics say it is empty, so a cached plan kept scanning it while a store
+        refilled (a rename's path check 3x slower until the next ANALYZE, up to a minute later;
+        issue 17). Every query of that thread has an index to use. Nothing changes on SQLite."""
         if self.dialect == "postgresql":
             self._local.interactive = True
             conn = getattr(self._local, "conn", None)
@@ -212,7 +212,7 @@ class Database:
 
     @staticmethod
     def _make_interactive(conn: Any) -> None:
-        conn.spin_s = SPIN_S
+        conn.spin = Spin()
         conn.execute("SET enable_seqscan = off")  # for the session (autocommit: at once)
 
     @property
