@@ -16,9 +16,9 @@ its vCPU busy, so the server process its query wakes is placed on the other vCPU
 VM has halted and takes its time to wake (`perf sched`: the backend waited 67-75 µs a wake-up to
 run, against 9 µs when the client slept and the backend ran on its vCPU); under a sustained
 stream both vCPUs stay awake and the spin pays. Measured through two mounts alternated, the
-spin only in streams against always: batches of 100 after 0.3 s pauses 1.06-1.41x, the four
-creates after a create that follows a 0.3-2 s pause 1.28x (1,270-1,467 against 1,637-1,883 µs);
-the benchmark's sustained phases 0.88-1.12x (inside its noise) (docs/decisions.md).
+spin only in streams against always: batches of 100 after 0.3 s pauses 1.06-1.50x, the four
+creates after a create that follows a 0.3-2 s pause 1.22-1.29x (1,270-1,467 against 1,637-1,883
+µs); the benchmark's sustained phases 0.88-1.12x, inside its noise (docs/decisions.md).
 
 Only waits to read spin: writes and pipeline flushes never wait on this machine's sockets. The
 generator psycopg hands over is wrapped, not replaced, so its own wait (timeouts, interrupts,
