@@ -18,7 +18,8 @@ run, against 9 µs when the client slept and the backend ran on its vCPU); under
 stream both vCPUs stay awake and the spin pays. Measured through two mounts alternated, the
 spin only in streams against always: batches of 100 after 0.3 s pauses 1.06-1.50x, the four
 creates after a create that follows a 0.3-2 s pause 1.22-1.29x (1,270-1,467 against 1,637-1,883
-µs); the benchmark's sustained phases 0.88-1.12x, inside its noise (docs/decisions.md).
+µs); the benchmark's sustained phases 0.72-1.13x, the saves' median ~0.92, inside its noise
+(docs/decisions.md).
 
 Only waits to read spin: writes and pipeline flushes never wait on this machine's sockets. The
 generator psycopg hands over is wrapped, not replaced, so its own wait (timeouts, interrupts,
