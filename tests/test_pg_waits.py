@@ -6,6 +6,7 @@ empty. Only that thread is so."""
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -75,6 +76,41 @@ def test_the_writer_thread_uses_indexes_after_an_emptied_table_was_vacuumed(
             (store, path),
         ).fetchall()
         assert not any("Seq Scan" in line for (line,) in plan), plan
+
+
+class _CountingSpin(Spin):
+    __slots__ = ("spun",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spun = 0
+
+    def until(self, now: float) -> float:
+        end = super().until(now)
+        self.spun += end > now
+        return end
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_stream_of_saves_spins_and_every_answer_arrives(service: MemoryService) -> None:
+    """Saves back to back long enough to spin (a burst does not): the waits that spin, of the
+    writes' pipeline and of psycopg's reads alike, still hand over every answer."""
+    svc = service
+    store = svc.create_store("Stream", "").id
+    svc.defer_checkpoints()
+    conn = svc.db._connection()
+    conn.spin = spin = _CountingSpin()
+    memory, _ = svc.save_file(store, "/notes/s.md", Content.from_text("0"))
+    deadline = time.monotonic() + 60  # a stream breaks at any gap over STREAM_GAP_S: saves on
+    saves = 0
+    while spin.spun < 200:
+        assert time.monotonic() < deadline, f"{saves} saves, {spin.spun} waits spun"
+        saves += 1
+        text = f"version {saves}"
+        svc.save_file(store, "/notes/s.md", Content.from_text(text), memory_id=memory.id)
+        assert svc.get_memory(store, memory.id).content == text
+    newest = svc.list_versions(store, memory_id=memory.id, limit=1).data[0]
+    assert svc.get_version(store, newest.id).content == f"version {saves}"
 
 
 def test_waits_spin_only_once_a_stream_of_them_has_gone_on() -> None:
