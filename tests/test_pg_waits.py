@@ -19,13 +19,18 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-def test_the_writer_thread_spins_and_still_gets_every_answer(service: MemoryService) -> None:
+def test_only_the_writer_thread_may_spin_and_every_answer_arrives(
+    service: MemoryService,
+) -> None:
+    """The request thread's connection (and one made again on it) carries its own ``Spin``;
+    others wait as psycopg does. Its waits here are not in a stream, so they sleep: the spin's
+    own branch is test_a_stream_of_saves_spins_and_every_answer_arrives's."""
     svc = service
     store = svc.create_store("Spin", "").id
     svc.defer_checkpoints()  # what a mount calls on its request thread
     conn = svc.db._connection()
     assert isinstance(conn.spin, Spin)
-    # Answers slower than the spin come through psycopg's own wait.
+    # A slow answer comes through psycopg's own wait.
     assert conn.execute("SELECT pg_sleep(0.01), 42").fetchone() == ("", 42)
     memory, _ = svc.save_file(store, "/notes/a.md", Content.from_text("alpha"))
     svc.save_file(store, "/notes/a.md", Content.from_text("beta"), memory_id=memory.id)
