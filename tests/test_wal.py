@@ -122,9 +122,12 @@ def test_under_load_the_log_is_rewound_and_once_idle_cut(
     """While saves keep coming, a checkpoint whose log has reached the limit (here 256 KiB)
     RESTARTs: the file keeps its size and the next writer overwrites it from the start, so it
     stops growing without an ftruncate that every save would wait for. Once writes stop, the
-    next checkpoint (due by time) cuts it to nothing."""
+    next checkpoint (due by time) copies every commit into the database file and leaves the log
+    as it is, so the next burst overwrites it instead of growing it again; once it has been
+    idle for ``WAL_IDLE_CUT_S`` a checkpoint cuts it to nothing."""
     monkeypatch.setattr(wal, "WAL_CHECKPOINT_BYTES", 256 * 1024)
-    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}"), actor="api")
+    path = tmp_path / "db.sqlite"
+    service = MemoryService(make_engine(f"sqlite:///{path}"), actor="api")
     service.defer_checkpoints()
     store = service.create_store("S").id
     db = service.db
@@ -138,12 +141,27 @@ def test_under_load_the_log_is_rewound_and_once_idle_cut(
             assert db.checkpoint_due()
             db.checkpoint()
         sizes.append(db.wal_size())
-    assert min(sizes[1:]) > 0  # rewound, never cut while the saves came (the first pass cut)
+    assert min(sizes) > 0  # rewound, never cut while the saves came
     assert max(sizes) < 2 * MIB, max(sizes)  # without the rewinds: past 10 MiB
     db.checkpoint()
     assert not db.checkpoint_due()  # nothing new since that pass
     assert db._wal is not None
     db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S  # a second without a save
+    assert db.checkpoint_due()
+    db.checkpoint()
+    kept = db.wal_size()
+    assert kept > 0  # copied back, not cut
+    copy = tmp_path / "copy.sqlite"  # what a plain cp of the database file holds
+    copy.write_bytes(path.read_bytes())
+    copied = MemoryService(make_engine(f"sqlite:///{copy}"), actor="api")
+    assert copied.find_memory(store, "/f19.md").content == "599 " + "x" * 2000
+    copied.close()
+    for i in range(3):  # the next burst starts the log over inside the file it left
+        service.save_file(store, f"/g{i}.md", "y" * 2000)
+    assert db.wal_size() == kept
+    db.checkpoint()
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
+    db._wal._changed_at -= wal.WAL_IDLE_CUT_S  # a minute without a save
     assert db.checkpoint_due()
     db.checkpoint()
     assert db.wal_size() == 0

@@ -230,13 +230,14 @@ class Database:
 
     def checkpoint(self, *, force: bool = False) -> None:
         """Copy the SQLite WAL back into the database, and start it over once it is long or
-        cut it once it is quiet (store/wal.py); unless ``force``, only when it changed or
-        ``WAL_CHECKPOINT_INTERVAL_S`` has passed. Never waits long for readers or writers."""
+        cut it once it has been idle for a while, or with ``force`` (store/wal.py); unless
+        ``force``, only when it changed or ``WAL_CHECKPOINT_INTERVAL_S`` has passed. Never
+        waits long for readers or writers."""
         wal = self._wal
         if wal is None or not (wal.due() or (force and wal.size())):
             return
         try:
-            wal.rewind(self._connection(), cut=force or wal.due_by_time())
+            wal.rewind(self._connection(), cut=force or wal.idle())
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
         wal.passed()
