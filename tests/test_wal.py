@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -151,8 +152,9 @@ def test_under_load_the_log_is_rewound_and_once_idle_cut(
     db.checkpoint()
     kept = db.wal_size()
     assert kept > 0  # copied back, not cut
-    copy = tmp_path / "copy.sqlite"  # what a plain cp of the database file holds
-    copy.write_bytes(path.read_bytes())
+    copy = tmp_path / "copy.sqlite"  # what a plain cp of the database file holds (another
+    # process: opening and closing the file here would drop this process's locks on it)
+    subprocess.run(["cp", str(path), str(copy)], check=True)
     copied = MemoryService(make_engine(f"sqlite:///{copy}"), actor="api")
     assert copied.find_memory(store, "/f19.md").content == "599 " + "x" * 2000
     copied.close()
@@ -166,6 +168,52 @@ def test_under_load_the_log_is_rewound_and_once_idle_cut(
     db.checkpoint()
     assert db.wal_size() == 0
     assert not db.checkpoint_due()
+    service.close()
+
+
+def _salts(wal_file: Path) -> bytes:
+    """The WAL header's salts: new each time the log is started over."""
+    with open(wal_file, "rb") as f:  # the -wal file: SQLite holds no locks on it
+        return f.read(24)[16:24]
+
+
+def test_a_quiet_log_is_started_over_by_the_checkpoint_not_by_the_next_save(
+    tmp_path: Path,
+) -> None:
+    """The writer that starts a copied-back log over writes and syncs its header (on a disk,
+    ~0.9 ms of the first save after every pause). A pass due by time that copied the whole
+    log primes it instead, with a commit that changes nothing, and the next save appends to
+    it; while nobody writes, later passes leave the primed log alone (no copying, no I/O)."""
+    path = tmp_path / "db.sqlite"
+    service = MemoryService(make_engine(f"sqlite:///{path}"), actor="api")
+    service.defer_checkpoints()
+    store = service.create_store("S").id
+    db = service.db
+    assert db._wal is not None
+    for i in range(20):
+        service.save_file(store, f"/f{i}.md", "x" * 2000)
+    db.checkpoint()  # due: the file changed
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S  # a second without a save
+    db.checkpoint()  # copies back (nothing left) and primes
+    salts = _salts(Path(f"{path}-wal"))
+    before = os.stat(path)
+    time.sleep(0.05)  # past the file clock's tick
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
+    assert db.checkpoint_due()
+    db.checkpoint()  # nobody wrote since: the primer's frame stays in the log
+    after = os.stat(path)
+    assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
+    service.save_file(store, "/g.md", "y" * 2000)
+    assert _salts(Path(f"{path}-wal")) == salts  # appended: the log was not started over
+    assert service.find_memory(store, "/g.md").content == "y" * 2000
+    db.checkpoint()
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
+    db.checkpoint()  # the save was copied back (and the log primed again)
+    copy = tmp_path / "copy.sqlite"
+    subprocess.run(["cp", str(path), str(copy)], check=True)
+    copied = MemoryService(make_engine(f"sqlite:///{copy}"), actor="api")
+    assert copied.find_memory(store, "/g.md").content == "y" * 2000
+    copied.close()
     service.close()
 
 

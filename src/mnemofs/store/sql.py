@@ -237,7 +237,8 @@ class Database:
         if wal is None or not (wal.due() or (force and wal.size())):
             return
         try:
-            wal.rewind(self._connection(), cut=force or wal.idle())
+            cut = force or wal.idle()
+            wal.rewind(self._connection(), cut=cut, prime=not cut and wal.due_by_time())
         except self._driver_error as exc:
             raise Unavailable(f"database error: {_first_line(exc)}") from exc
         wal.passed()
