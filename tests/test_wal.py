@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import sqlite3
 import subprocess
 import threading
 import time
@@ -214,6 +215,37 @@ def test_a_quiet_log_is_started_over_by_the_checkpoint_not_by_the_next_save(
     copied = MemoryService(make_engine(f"sqlite:///{copy}"), actor="api")
     assert copied.find_memory(store, "/g.md").content == "y" * 2000
     copied.close()
+    service.close()
+
+
+def test_a_log_another_writer_holds_is_not_primed(tmp_path: Path) -> None:
+    """While another connection (another process, say) holds the write lock, the pass copies
+    back and leaves the log for that writer to start over (the primer does not wait for the
+    lock: its busy timeout is 0); the next quiet pass primes it."""
+    path = tmp_path / "db.sqlite"
+    service = MemoryService(make_engine(f"sqlite:///{path}"), actor="api")
+    service.defer_checkpoints()
+    store = service.create_store("S").id
+    db = service.db
+    assert db._wal is not None
+    service.save_file(store, "/f.md", "x" * 2000)
+    db.checkpoint()  # the first pass (none for a second before it) primes
+    service.save_file(store, "/f.md", "z" * 2000)  # and this appends to the primed log
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
+        db.checkpoint()  # copies back; the primer finds the lock taken (it does not wait)
+        assert db._wal._primed is None
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    service.save_file(store, "/g.md", "y" * 2000)
+    db.checkpoint()
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
+    db.checkpoint()
+    assert db._wal._primed is not None
+    assert service.find_memory(store, "/g.md").content == "y" * 2000
     service.close()
 
 

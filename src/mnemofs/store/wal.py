@@ -47,7 +47,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS
@@ -157,7 +157,7 @@ class Wal:
 
     def _prime(self, conn: Any) -> None:
         """Start a log copied whole over now, off the save path: the next writer would,
-        writing and syncing its header first (a save after a pause ~0.9 ms slower on ext4).
+        writing and syncing its header first (a save after a pause ~1 ms slower on ext4).
         A commit that changes nothing (``user_version`` set to itself, one frame) does it here
         instead; the next save appends to it. Skipped when a write of this process or another
         is under way (that one starts the log over itself)."""
@@ -170,9 +170,10 @@ class Wal:
                 version = int(conn.execute("PRAGMA user_version").fetchone()[0])
                 conn.execute(f"PRAGMA user_version = {version}")
                 conn.execute("COMMIT")
-            except sqlite3.OperationalError:  # busy: another process writes
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+            except sqlite3.OperationalError:  # busy (another process writes), a full disk
+                with suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                 return
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
