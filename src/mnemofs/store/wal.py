@@ -27,7 +27,7 @@ for ``WAL_IDLE_CUT_S``, by a forced pass, and after an erasing change (``Databas
 A log that pass copied whole is also started over by the pass itself (``Wal._prime``): the
 writer that starts a log over writes its header and syncs it (``synchronous=NORMAL``), and that
 was the next save, after every pause. Once primed, the log is left alone while nobody writes
-(``PRAGMA data_version``, and this process's own writes), so an idle mount does no I/O. How
+(``PRAGMA data_version``, and this process's own writes), so an idle mount writes nothing. How
 much of a rewound log is new cannot be told from the file's size, so a deferring process passes
 whenever the file changed since its last pass (a stat: size and mtime); the passive pass copies
 what is new and reports the log's length, which decides whether to RESTART. (Not by reading the
@@ -161,7 +161,7 @@ class Wal:
         A commit that changes nothing (``user_version`` set to itself, one frame) does it here
         instead; the next save appends to it. Skipped when a write of this process or another
         is under way (that one starts the log over itself)."""
-        if not self._writer.acquire(blocking=False):
+        if conn.in_transaction or not self._writer.acquire(blocking=False):
             return
         try:
             conn.execute("PRAGMA busy_timeout = 0")
