@@ -286,6 +286,21 @@ class Bench:
         for path in self.mounts:
             subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True)
 
+    def standard(self, want: Callable[[str], bool], against: str | None) -> list[Target]:
+        """The targets every benchmark mounts (those ``want`` takes): bindfs, rclone, a mnemofs
+        mount of a fresh SQLite database and, with ``against``, that mount on that revision."""
+        targets = []
+        if want("bindfs") and shutil.which("bindfs"):
+            targets.append(self.bindfs())
+        if want("rclone") and shutil.which("rclone"):
+            targets.append(self.rclone())
+        if want("mnemofs"):
+            targets.append(self.mnemofs("mnemofs", self.database("mnemofs"))[0])
+        if against and want("baseline"):
+            code = self.code_of(against)
+            targets.append(self.mnemofs("baseline", self.database("baseline"), code=code)[0])
+        return targets
+
     # -- peers ----------------------------------------------------------------------------------
 
     def bindfs(self) -> Target:
@@ -562,15 +577,7 @@ def main() -> None:
     try:
         targets: list[Target] = []
         want = lambda name: not only or name in only  # noqa: E731
-        if want("bindfs") and shutil.which("bindfs"):
-            targets.append(bench.bindfs())
-        if want("rclone") and shutil.which("rclone"):
-            targets.append(bench.rclone())
-        if want("mnemofs"):
-            targets.append(bench.mnemofs("mnemofs", bench.database("mnemofs"))[0])
-        if args.against and want("baseline"):
-            code = bench.code_of(args.against)
-            targets.append(bench.mnemofs("baseline", bench.database("baseline"), code=code)[0])
+        targets += bench.standard(want, args.against)
         if args.store_size and want("mnemofs-full"):
             start = time.monotonic()
             full, ready = bench.mnemofs(

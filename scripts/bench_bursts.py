@@ -112,15 +112,7 @@ def main() -> None:
     bench = Bench(work)
     try:
         targets: list[Target] = []
-        if want("bindfs") and shutil.which("bindfs"):
-            targets.append(bench.bindfs())
-        if want("rclone") and shutil.which("rclone"):
-            targets.append(bench.rclone())
-        if want("mnemofs"):
-            targets.append(bench.mnemofs("mnemofs", bench.database("mnemofs"))[0])
-        if args.against and want("baseline"):
-            code = bench.code_of(args.against)
-            targets.append(bench.mnemofs("baseline", bench.database("baseline"), code=code)[0])
+        targets += bench.standard(want, args.against)
         if args.pg is not None:
             url = args.pg or os.environ.get("MNEMOFS_TEST_PG_URL", "")
             if not url:
