@@ -172,6 +172,15 @@ def test_under_load_the_log_is_rewound_and_once_idle_cut(
     service.close()
 
 
+def _deferring(tmp_path: Path) -> tuple[Path, MemoryService, str]:
+    """A database file, a service that checkpoints only when asked (as a mount's upkeep
+    does), and a store in it."""
+    path = tmp_path / "db.sqlite"
+    service = MemoryService(make_engine(f"sqlite:///{path}"), actor="api")
+    service.defer_checkpoints()
+    return path, service, service.create_store("S").id
+
+
 def _salts(wal_file: Path) -> bytes:
     """The WAL header's salts: new each time the log is started over."""
     with open(wal_file, "rb") as f:  # the -wal file: SQLite holds no locks on it
@@ -185,10 +194,7 @@ def test_a_quiet_log_is_started_over_by_the_checkpoint_not_by_the_next_save(
     ~0.9 ms of the first save after every pause). A pass due by time that copied the whole
     log primes it instead, with a commit that changes nothing, and the next save appends to
     it; while nobody writes, later passes leave the primed log alone (no copying, no I/O)."""
-    path = tmp_path / "db.sqlite"
-    service = MemoryService(make_engine(f"sqlite:///{path}"), actor="api")
-    service.defer_checkpoints()
-    store = service.create_store("S").id
+    path, service, store = _deferring(tmp_path)
     db = service.db
     assert db._wal is not None
     for i in range(20):
@@ -222,10 +228,7 @@ def test_a_log_another_writer_holds_is_not_primed(tmp_path: Path) -> None:
     """While another connection (another process, say) holds the write lock, the pass copies
     back and leaves the log for that writer to start over (the primer does not wait for the
     lock: its busy timeout is 0); the next quiet pass primes it."""
-    path = tmp_path / "db.sqlite"
-    service = MemoryService(make_engine(f"sqlite:///{path}"), actor="api")
-    service.defer_checkpoints()
-    store = service.create_store("S").id
+    path, service, store = _deferring(tmp_path)
     db = service.db
     assert db._wal is not None
     service.save_file(store, "/f.md", "x" * 2000)
