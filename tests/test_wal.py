@@ -193,7 +193,7 @@ def test_a_quiet_log_is_started_over_by_the_checkpoint_not_by_the_next_save(
     """The writer that starts a copied-back log over writes and syncs its header (on a disk,
     ~0.9 ms of the first save after every pause). A pass due by time that copied the whole
     log primes it instead, with a commit that changes nothing, and the next save appends to
-    it; while nobody writes, later passes leave the primed log alone (no copying, no I/O)."""
+    it; while nobody writes, nothing is due until the idle cut (no pass, no I/O)."""
     path, service, store = _deferring(tmp_path)
     db = service.db
     assert db._wal is not None
@@ -206,8 +206,11 @@ def test_a_quiet_log_is_started_over_by_the_checkpoint_not_by_the_next_save(
     before = os.stat(path)
     time.sleep(0.05)  # past the file clock's tick
     db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
-    assert db.checkpoint_due()
-    db.checkpoint()  # nobody wrote since: the primer's frame stays in the log
+    assert not db.checkpoint_due()  # nobody wrote since: nothing to do but the idle cut
+    due_in = db.checkpoint_in()
+    assert due_in is not None
+    assert due_in > wal.WAL_IDLE_CUT_S - 10
+    db.checkpoint()  # the primer's frame stays in the log
     after = os.stat(path)
     assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
     service.save_file(store, "/g.md", "y" * 2000)
@@ -221,6 +224,46 @@ def test_a_quiet_log_is_started_over_by_the_checkpoint_not_by_the_next_save(
     copied = MemoryService(make_engine(f"sqlite:///{copy}"), actor="api")
     assert copied.find_memory(store, "/g.md").content == "y" * 2000
     copied.close()
+    service.close()
+
+
+def test_a_deferring_service_says_when_its_upkeep_has_work(tmp_path: Path) -> None:
+    """``upkeep_in``, the clock a mount's upkeep rests by: work now after a save (the WAL
+    changed); once the save is copied back, the log primed and the search index caught up,
+    none but the WAL's idle cut a minute on; a commit heard from another process (it may
+    have left changes for the index) or a read noted brings work within a second."""
+    path, service, store = _deferring(tmp_path)
+    db = service.db
+    assert db._wal is not None
+    service.data_version()  # what a mount's watcher reads first
+    memory, _ = service.save_file(store, "/a.md", "a save\n")
+    wait = service.upkeep_in()
+    assert wait is not None
+    assert wait <= 0
+    service.checkpoint()
+    time.sleep(0.25)  # the writes have paused: the search index's turn
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S  # and the pass due by time
+    assert service.checkpoint_due()
+    service.checkpoint()
+    wait = service.upkeep_in()
+    assert wait is not None
+    assert wait > wal.WAL_IDLE_CUT_S - 10, wait
+    assert service.search_trail.due_in() is None
+    other = MemoryService(make_engine(f"sqlite:///{path}"), actor="cli")
+    other.save_file(store, "/b.md", "another process's save\n")
+    other.close()
+    service.data_version()  # the watcher hears it
+    wait = service.search_trail.due_in()
+    assert wait is not None
+    assert wait <= 1.0
+    service.checkpoint()  # the WAL pass, and in a second the catch-up
+    time.sleep(1.05)
+    service.checkpoint()
+    assert service.search_trail.due_in() is None
+    service.get_memory(store, memory.id)  # a read, noted
+    wait = service.upkeep_in()
+    assert wait is not None
+    assert wait <= 1.0
     service.close()
 
 
@@ -358,3 +401,44 @@ def test_a_watch_that_cannot_listen_again_gives_way_to_polling(
     assert "polling" in caplog.text
     with pytest.raises(OSError):  # closed: nothing left open
         os.fstat(watch.fileno())
+
+
+def _wakeups(pid: int) -> int:
+    """How often the process's threads have gone to sleep and woken up so far."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.mounted
+def test_an_idle_mount_rests_until_its_next_request(tmp_path: Path) -> None:
+    """With nothing to write, catch up or checkpoint, a mount's upkeep sleeps until its next
+    request instead of looking ten times a second (idle CPU, issue 17); the requests that
+    follow wake it, so a burst of saves after the rest still has its WAL started over once
+    past ``WAL_CHECKPOINT_BYTES``, not left to grow until the burst ends."""
+    url = f"sqlite:///{tmp_path / 'idle.db'}"
+    service = MemoryService(make_engine(url), actor="api")
+    store = service.create_store("Idle").id
+    session = service.create_session([{"memory_store_id": store}])
+    service.close()
+    wal_file = tmp_path / "idle.db-wal"
+    with mounted(url, session.id, tmp_path / "mnt") as daemon:
+        root, pid = daemon.root / "idle", daemon.process.pid
+        (root / "first.md").write_text("a save, then a rest\n")
+        time.sleep(2.5)  # its catch-up and checkpoint are behind it
+        before = _wakeups(pid)
+        time.sleep(3.0)
+        rested = _wakeups(pid) - before
+        # Its change watcher still looks once a second: a few wake-ups (7 here).
+        assert rested <= 15, rested  # before: 48
+        sizes = []
+        for i in range(1200):
+            (root / f"f{i}.md").write_text(f"{i} " + "x" * 4000)
+            if i % 10 == 0:
+                sizes.append(wal_file.stat().st_size)
+        # Rewound as under any load (14-21 MB here, as before); unwoken, it passed 70 MB.
+        assert max(sizes) < 4 * wal.WAL_CHECKPOINT_BYTES, max(sizes)

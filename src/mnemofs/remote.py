@@ -59,6 +59,7 @@ TIMEOUT_S = 30.0  # a request that takes longer is taken for a lost server
 IDLE_REOPEN_S = 4.0  # below uvicorn's keep-alive timeout (5 s)
 WAIT_S = 20.0  # one long poll
 CHANGES_PAGE = 5000  # change feed entries per request
+ACCESS_FLUSH_S = 1.0  # reads noted are sent within this long (a mount's upkeep, ``checkpoint``)
 _PREFIX = "/mnemofs/v1"
 _ERROR_CLASSES = {
     cls.__name__: cls
@@ -89,6 +90,7 @@ class RemoteBackend:
         self._revoked: str | None = None
         self._fail_fast = False
         self._accessed: dict[str, set[str]] = {}
+        self._accessed_since = 0.0  # when the first read now noted was
         self._lock = threading.Lock()
         self._session: Session | None = None
 
@@ -259,6 +261,8 @@ class RemoteBackend:
 
     def note_access(self, store_id: str, memory_id: str) -> None:
         with self._lock:
+            if not self._accessed:
+                self._accessed_since = time.monotonic()
             self._accessed.setdefault(store_id, set()).add(memory_id)
 
     def flush_accesses(self) -> None:
@@ -347,10 +351,19 @@ class RemoteBackend:
     def commit_files(self) -> list[str]:
         return []
 
-    def checkpoint(self, *, force: bool = False) -> None: ...  # the server's database is its own
+    def checkpoint(self, *, force: bool = False) -> None:
+        """The reads noted, once due (the server's database is its own to keep)."""
+        if self.checkpoint_due():
+            self.flush_accesses()
 
     def checkpoint_due(self) -> bool:
-        return False
+        wait = self.upkeep_in()
+        return wait is not None and wait <= 0
+
+    def upkeep_in(self) -> float | None:
+        if not self._accessed:
+            return None
+        return self._accessed_since + ACCESS_FLUSH_S - time.monotonic()
 
     def defer_checkpoints(self) -> None: ...
 

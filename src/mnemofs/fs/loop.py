@@ -30,6 +30,7 @@ import logging
 import os
 import select
 import time
+from collections.abc import Callable
 
 import pyfuse3
 import trio
@@ -53,8 +54,10 @@ def _fuse_fd() -> int | None:
     return found[0] if len(found) == 1 else None
 
 
-def install() -> bool:
-    """Replace pyfuse3's wait (call after ``pyfuse3.init``); False if it was left alone."""
+def install(woken: Callable[[], None] | None = None) -> bool:
+    """Replace pyfuse3's wait (call after ``pyfuse3.init``); False if it was left alone.
+    ``woken`` is called whenever a request ends a wait that slept (not within a burst): the
+    mount's upkeep rests until then."""
     fd = _fuse_fd()
     if fd is None or not hasattr(pyfuse3, "_wait_fuse_readable"):
         log.debug("keeping pyfuse3's own request loop")
@@ -82,6 +85,8 @@ def install() -> bool:
         except trio.ClosedResourceError:  # pyfuse3.terminate(): the loop ends
             return False
         burst = clock() - began < SPIN_S  # spun and slept: the requests have thinned out
+        if woken is not None:
+            woken()
         return True
 
     pyfuse3._wait_fuse_readable = wait_fuse_readable

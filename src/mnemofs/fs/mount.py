@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import signal
 import time
@@ -59,7 +60,6 @@ PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the
 # A save writes ~15 pages to the SQLite WAL: at 1,500 saves/s that is ~90 MB/s, so a look every
 # 0.25 s let the WAL pass 60 MiB between two checkpoints (issue 17 bounds it at 64 MiB).
 CHECKPOINT_LOOK_S = 0.1
-ACCESS_FLUSH_S = 1.0
 RECONNECT_INTERVAL_S = 0.5  # while the database is unreachable, try this often
 
 
@@ -227,21 +227,46 @@ def _listen(service: Backend) -> ChangeSignal | None:
         return None
 
 
-async def _checkpoint(service: Backend) -> None:
-    """In a worker thread, off the save path: keep the SQLite WAL small (a look every
-    ``CHECKPOINT_LOOK_S``, see ``Database.checkpoint``) and, every second, write the reads
-    noted for 'evict-lru'."""
-    last_flush = time.monotonic()
+class Rest:
+    """The upkeep's sleep between looks when it has nothing to do: until its next work is due
+    (``Backend.upkeep_in``), and with none due, until the mount's next request after a pause
+    (``wake``, from the request loop: requests may write), so an idle mount does not wake up.
+    Without that wake-up (pyfuse3's own request loop), a look every ``CHECKPOINT_LOOK_S``."""
+
+    def __init__(self, woken: bool) -> None:
+        self.woken = woken
+        self._event: trio.Event | None = None
+
+    def wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def until(self, wait: float | None) -> None:
+        if not self.woken:
+            wait = CHECKPOINT_LOOK_S if wait is None else min(wait, CHECKPOINT_LOOK_S)
+        self._event = trio.Event()
+        try:
+            with trio.move_on_after(math.inf if wait is None else wait):
+                await self._event.wait()
+        finally:
+            self._event = None
+
+
+async def _checkpoint(service: Backend, rest: Rest) -> None:
+    """In a worker thread, off the save path, once due: keep the SQLite WAL small (a look every
+    ``CHECKPOINT_LOOK_S`` while it grows, see ``Database.checkpoint``), catch the search index
+    up, and write the reads noted for 'evict-lru' (``Backend.checkpoint``). In between, and
+    while there is nothing to do, it rests (``Rest``)."""
     while True:
         await trio.sleep(CHECKPOINT_LOOK_S)
         if service.unavailable is not None:
             continue
         try:
-            if service.checkpoint_due():  # asked here: a trip to a thread costs more
-                await trio.to_thread.run_sync(service.checkpoint)
-            if time.monotonic() - last_flush >= ACCESS_FLUSH_S:
-                last_flush = time.monotonic()
-                await trio.to_thread.run_sync(service.flush_accesses)
+            wait = service.upkeep_in()  # asked here: a trip to a thread costs more
+            if wait is None or wait > 0:
+                await rest.until(wait)
+                continue
+            await trio.to_thread.run_sync(service.checkpoint)
         except Exception as exc:
             log.warning("background write failed (%s); retrying", exc)
 
@@ -258,11 +283,11 @@ async def _watch_signals(early: list[int]) -> None:
             return
 
 
-async def _serve(fs: MemoryFs, service: Backend, early: list[int]) -> None:
+async def _serve(fs: MemoryFs, service: Backend, early: list[int], rest: Rest) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, early)
         nursery.start_soon(_watch_changes, fs, service)
-        nursery.start_soon(_checkpoint, service)
+        nursery.start_soon(_checkpoint, service, rest)
         # One worker: no handler ever awaits (every call is a short synchronous step, see
         # fs/core.py), so more workers only add task switches to every request.
         await pyfuse3.main(min_tasks=1, max_tasks=1)
@@ -304,7 +329,8 @@ def serve(
         pyfuse3.init(ops, options.root, fuse_options)
     except RuntimeError as exc:
         raise MountError(f"cannot mount at {options.root}: {exc}") from None
-    loop.install()
+    rest = Rest(woken=False)
+    rest.woken = loop.install(woken=rest.wake)
     started = time.monotonic()
     # A SIGTERM from here until trio listens must not kill the daemon with files unsaved:
     # noted now, acted on as soon as the signal watcher runs.
@@ -315,7 +341,7 @@ def serve(
         with write_record(record, options.root, session):
             if ready is not None:
                 ready()
-            trio.run(_serve, fs, service, early)
+            trio.run(_serve, fs, service, early, rest)
     finally:
         failures = fs.save_all()
         for path, error in failures:

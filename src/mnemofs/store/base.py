@@ -255,8 +255,15 @@ class ServiceBase:
             self._accessed_since = time.monotonic()
         accessed[(store_id, memory_id)] = time.time()
 
+    def _accesses_in(self) -> float | None:
+        """Seconds until the reads noted are due to be written (``ACCESS_FLUSH_S`` after the
+        first of them); None while there are none."""
+        if not self._accessed:
+            return None
+        return self._accessed_since + ACCESS_FLUSH_S - time.monotonic()
+
     def flush_accesses(self) -> None:
-        """Write noted accesses now (a mount calls this every second from a worker thread)."""
+        """Write noted accesses now (a mount's upkeep does once due: ``FeedMixin.checkpoint``)."""
         if self._accessed:
             self.db.run(self._flush_accesses, write=True)
 

@@ -161,24 +161,34 @@ class FeedMixin(ServiceBase):
         threading.Thread(target=load_checks, name="mnemofs-warm-up", daemon=True).start()
 
     def checkpoint(self, *, force: bool = False) -> None:
-        """Background upkeep of a long-lived writer (a mount calls it a few times a second):
-        take saved changes into the search index once writes pause (``SearchTrail``), and keep
-        the WAL small (see ``Database.checkpoint``). SQLite: ``checkpoint_due`` never asks for
-        it on PostgreSQL, where the service's own trailer thread keeps the index caught up."""
-        if self.search_trail.wait() <= 0:
+        """Background upkeep of a long-lived writer (a mount's worker thread, when
+        ``checkpoint_due``): write the reads noted (``note_access``) once due, take saved
+        changes into the search index once writes pause (``SearchTrail``; on PostgreSQL the
+        service's own trailer thread does), and keep the WAL small (``Database.checkpoint``)."""
+        if _now(self._accesses_in()):
+            self.flush_accesses()
+        if _now(self.search_trail.due_in()):
             self.catch_up_search(upkeep=True)
         self.db.checkpoint(force=force)
 
     def checkpoint_due(self) -> bool:
-        """Whether ``checkpoint`` has work to do now, asked without a query (a clock and a
-        stat): a mount looks often and goes to a worker thread only when there is."""
-        if self.db.dialect != "sqlite":
-            return False
-        return self.search_trail.wait() <= 0 or self.db.checkpoint_due()
+        """Whether ``checkpoint`` has work to do now (``upkeep_in``)."""
+        return _now(self.upkeep_in())
+
+    def upkeep_in(self) -> float | None:
+        """Seconds until ``checkpoint`` has work (0 or less: now) if nothing is written, read
+        or heard meanwhile; None while it has none, until then. Clocks and a stat, no query: a
+        mount asks often, and goes to a worker thread only when there is work; an idle mount
+        sleeps until its next request."""
+        waits = (self._accesses_in(), self.search_trail.due_in(), self.db.checkpoint_in())
+        return min((wait for wait in waits if wait is not None), default=None)
 
     def data_version(self) -> int | None:
-        """A number that changes when another connection commits (SQLite); None elsewhere."""
-        return self.db.data_version()
+        """A number that changes when another connection commits (SQLite); None elsewhere.
+        A change heard here may have left notes for the search index (``SearchTrail.heard``)."""
+        version = self.db.data_version()
+        self.search_trail.heard(version)
+        return version
 
     def commit_files(self) -> list[str]:
         """Files every commit writes (SQLite), for a mount to watch; empty on PostgreSQL."""
@@ -198,3 +208,8 @@ class FeedMixin(ServiceBase):
     def probe(self) -> None:
         """Try to reach the database again (blocking); ``Unavailable`` while it cannot be."""
         self.db.probe()
+
+
+def _now(wait: float | None) -> bool:
+    """Whether a wait of ``upkeep_in``'s kind is over."""
+    return wait is not None and wait <= 0

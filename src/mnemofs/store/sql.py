@@ -228,6 +228,11 @@ class Database:
         """Whether ``checkpoint`` would do anything now (store/wal.py): no query."""
         return self._wal is not None and self._wal.due()
 
+    def checkpoint_in(self) -> float | None:
+        """Seconds until ``checkpoint_due`` (0 or less: now), if nobody writes meanwhile; None
+        while nothing will be due (store/wal.py: ``Wal.due_in``). A stat, no query."""
+        return None if self._wal is None else self._wal.due_in()
+
     def checkpoint(self, *, force: bool = False) -> None:
         """Copy the SQLite WAL back into the database, and start it over once it is long or
         cut it once it has been idle for a while, or with ``force`` (store/wal.py); unless

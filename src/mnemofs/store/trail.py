@@ -5,7 +5,7 @@ in batches. Every search (and ``db check``, and every erasing change) catches up
 reader ever sees a stale index: when the background catches up is a matter of cost only. It does
 once this process's writes pause, not during a burst of them: FTS5 takes 40-140 µs a change, and
 that work competed with the burst's saves for the CPU and the write lock (renames through a
-mount 19% slower, measured). Who runs it: a mount's upkeep thread, asking ``wait``; any other
+mount 19% slower, measured). Who runs it: a mount's upkeep thread, asking ``due_in``; any other
 process a thread of its own, started by its first write.
 """
 
@@ -36,6 +36,8 @@ class SearchTrail:
         self.db = db
         self.caught_up = time.monotonic()  # when the last catch-up began
         self.wrote_at = 0.0  # when this service last wrote
+        self.heard_at = self.caught_up  # when a commit of another connection was last heard
+        self._version: int | None = None  # the data_version heard then
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
         self._wake = threading.Event()
@@ -70,6 +72,24 @@ class SearchTrail:
             quiet = self.wrote_at + SEARCH_QUIET_S
             return min(quiet, self.caught_up + SEARCH_TRAIL_MAX_S) - now
         return self.caught_up + SEARCH_TRAIL_S - now
+
+    def due_in(self) -> float | None:
+        """For a mount's upkeep (a deferring process; None elsewhere): ``wait``, or None while
+        nothing can be waiting for the index (no write of this service and no commit heard
+        since the last catch-up began), so an idle mount looks for nothing."""
+        if not self.db.deferred:
+            return None
+        if self.wrote_at < self.caught_up and self.heard_at < self.caught_up:
+            return None
+        return self.wait()
+
+    def heard(self, version: int | None) -> None:
+        """What a mount's watcher read of ``data_version``: changed, another connection
+        committed, and it may have left changes for the index (a CLI that saved and exited
+        before its own thread caught up)."""
+        if version != self._version:
+            self._version = version
+            self.heard_at = time.monotonic()
 
     def wrote(self) -> None:
         """After a write: the thread catches up once writes pause (unless a mount's upkeep

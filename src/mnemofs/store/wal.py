@@ -97,11 +97,25 @@ class Wal:
         return self._look()[0]
 
     def due(self) -> bool:
-        """Whether a deferring process's checkpoint has anything to do: the file changed
-        since the last pass, or it is not empty and no pass came for the interval. A stat,
-        no query."""
+        """Whether a deferring process's checkpoint has anything to do now (``due_in``)."""
+        wait = self.due_in()
+        return wait is not None and wait <= 0
+
+    def due_in(self) -> float | None:
+        """Seconds until a deferring process's checkpoint has anything to do (0 or less: now),
+        if nobody writes meanwhile; None while nothing will (an empty file). Now if the file
+        changed since the last pass; else a pass due by time once no pass came for the
+        interval, or, for a log the last pass copied and primed, the cut once it has been
+        idle for ``WAL_IDLE_CUT_S`` (passes in between would find nothing to do). A stat, no
+        query."""
         look = self._look()
-        return look[0] > 0 and (look != self._passed or self.due_by_time())
+        if look[0] == 0:
+            return None
+        if look != self._passed:
+            return 0.0
+        if self._primed is not None:
+            return self._changed_at + WAL_IDLE_CUT_S - time.monotonic()
+        return self.checkpointed_at + WAL_CHECKPOINT_INTERVAL_S - time.monotonic()
 
     def due_by_time(self) -> bool:
         return time.monotonic() - self.checkpointed_at >= WAL_CHECKPOINT_INTERVAL_S
