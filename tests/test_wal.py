@@ -442,3 +442,43 @@ def test_an_idle_mount_rests_until_its_next_request(tmp_path: Path) -> None:
                 sizes.append(wal_file.stat().st_size)
         # Rewound as under any load (14-21 MB here, as before); unwoken, it passed 70 MB.
         assert max(sizes) < 4 * wal.WAL_CHECKPOINT_BYTES, max(sizes)
+
+
+def _in_database_file(path: Path, memory_path: str) -> bool:
+    """Whether a plain ``cp`` of the database file (no ``-wal``) holds ``memory_path``."""
+    copy = path.with_name("copy.sqlite")
+    copy.unlink(missing_ok=True)
+    subprocess.run(["cp", str(path), str(copy)], check=True)  # another process: no locks here
+    try:
+        with contextlib.closing(sqlite3.connect(copy)) as conn:
+            found = conn.execute("SELECT 1 FROM memories WHERE path = ?", (memory_path,))
+            return found.fetchone() is not None
+    finally:
+        copy.unlink()
+
+
+@pytest.mark.mounted
+def test_a_resting_mount_still_copies_back_what_others_and_its_temp_files_save(
+    tmp_path: Path,
+) -> None:
+    """A resting upkeep is woken by more than requests: a commit of another process that the
+    change watcher hears, and a temp file the watcher saves once left alone, each leave the
+    WAL for it to copy back, and a ``cp`` of the database file holds them within seconds."""
+    path = tmp_path / "rest.db"
+    url = f"sqlite:///{path}"
+    service = MemoryService(make_engine(url), actor="api")
+    store = service.create_store("Rest").id
+    session = service.create_session([{"memory_store_id": store}])
+    service.close()
+    with mounted(url, session.id, tmp_path / "mnt") as daemon:
+        root = daemon.root / "rest"
+        (root / "first.md").write_text("a save, then a rest\n")
+        time.sleep(2.5)  # copied back, primed: nothing due for a minute
+        other = MemoryService(make_engine(url), actor="cli")
+        other.save_file(store, "/from-cli.md", "saved elsewhere\n")
+        other.close()
+        assert wait_for(lambda: _in_database_file(path, "/from-cli.md"), timeout=4.0)
+        time.sleep(2.5)
+        with open(root / "tmpab12cd34", "w") as f:  # Python's tempfile name, never renamed
+            f.write("left behind\n")
+        assert wait_for(lambda: _in_database_file(path, "/tmpab12cd34"), timeout=6.0)

@@ -122,6 +122,8 @@ class FilesMixin(TreeBase):
         node = self._new_node(name, parent, False)
         self._entries_changed(parent)
         node.temporary = temporary
+        if temporary:
+            self.temporaries.add(node)
         node.born = node.temp_since = time.monotonic()
         node.file = OpenFile(bytearray(), dirty=True, opens=1)
         node.lookups += 1
@@ -367,24 +369,32 @@ class FilesMixin(TreeBase):
             walk = walk.parent
         return False
 
-    def promote_temporaries(self, now: float | None = None) -> None:
-        """Save temp-named files left alone for ``TEMP_GRACE_S`` as ordinary memories."""
+    def promote_temporaries(self, now: float | None = None) -> int:
+        """Save temp-named files left alone for ``TEMP_GRACE_S`` as ordinary memories; how
+        many were saved."""
         now = time.monotonic() if now is None else now
+        saved = 0
         if self.service.unavailable is not None:
-            return  # a failed save would drop them; they wait for the database
-        for node in list(self.nodes.values()):
-            if not node.temporary or node.unlinked or node.file is None or node.file.opens:
+            return saved  # a failed save would drop them; they wait for the database
+        for node in sorted(self.temporaries, key=lambda n: n.ino):  # in the order made
+            if not node.temporary or node.unlinked or self.nodes.get(node.ino) is not node:
+                self.temporaries.discard(node)  # saved, renamed, removed or forgotten since
+                continue
+            if node.file is None or node.file.opens:
                 continue
             if now - node.temp_since < TEMP_GRACE_S:
                 continue
             if node.mount is not None and self._store_full(node.mount):
                 continue  # still not counted; tried again later
             node.temporary = False
+            self.temporaries.discard(node)
             try:
                 self.save(node)
             except (MnemofsError, FsError):
                 continue
+            saved += 1
             self._drop_clean_buffer(node)
+        return saved
 
     def statfs(self) -> tuple[int, int, int, int]:
         """(blocks, free blocks, files, free files) in 4 KiB blocks, from the store limits."""

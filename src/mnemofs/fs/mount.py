@@ -92,7 +92,32 @@ def prepare_root(root: str) -> None:
     os.makedirs(root, exist_ok=True)
 
 
-async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
+class Rest:
+    """The upkeep's sleep between looks when it has nothing to do: until its next work is due
+    (``Backend.upkeep_in``), and with none due, until the mount's next request after a pause
+    (``wake``, from the request loop: requests may write), so an idle mount does not wake up.
+    Without that wake-up (pyfuse3's own request loop), a look every ``CHECKPOINT_LOOK_S``."""
+
+    def __init__(self, woken: bool) -> None:
+        self.woken = woken
+        self._event: trio.Event | None = None
+
+    def wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def until(self, wait: float | None) -> None:
+        if not self.woken:
+            wait = CHECKPOINT_LOOK_S if wait is None else min(wait, CHECKPOINT_LOOK_S)
+        self._event = trio.Event()
+        try:
+            with trio.move_on_after(math.inf if wait is None else wait):
+                await self._event.wait()
+        finally:
+            self._event = None
+
+
+async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
     """Notice changes made elsewhere and temp files left alone; drop what the kernel cached.
 
     PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
@@ -102,7 +127,8 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
     ``LOOK_INTERVAL_S`` instead of listening (``BUSY_LOOKS_S``); without inotify, a look every
     ``POLL_INTERVAL_S``. While the database is unreachable, FUSE requests that need it fail at
     once with EIO and this task tries to reach it from a worker thread; once back, it catches
-    up on every change.
+    up on every change. What it hears and the temp files it saves may leave work for the
+    upkeep (the WAL to copy back, the search index to catch up): it wakes it (``Rest``).
     """
     watched = {m.store_id for m in fs.mounts}
     listener = _listen(service)
@@ -168,9 +194,11 @@ async def _watch_changes(fs: MemoryFs, service: Backend) -> None:
                     # finds nothing is microseconds; the looks that follow it see the commit.
                     looked = trio.current_time()
                     await drop_caches(fs.refresh())
+                    rest.wake()
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
                     promoted = time.monotonic()
-                    fs.promote_temporaries()
+                    if fs.promote_temporaries():
+                        rest.wake()
             except Unavailable as exc:
                 log.warning("cannot look for changes: %s", exc)
             except Exception:
@@ -227,31 +255,6 @@ def _listen(service: Backend) -> ChangeSignal | None:
         return None
 
 
-class Rest:
-    """The upkeep's sleep between looks when it has nothing to do: until its next work is due
-    (``Backend.upkeep_in``), and with none due, until the mount's next request after a pause
-    (``wake``, from the request loop: requests may write), so an idle mount does not wake up.
-    Without that wake-up (pyfuse3's own request loop), a look every ``CHECKPOINT_LOOK_S``."""
-
-    def __init__(self, woken: bool) -> None:
-        self.woken = woken
-        self._event: trio.Event | None = None
-
-    def wake(self) -> None:
-        if self._event is not None:
-            self._event.set()
-
-    async def until(self, wait: float | None) -> None:
-        if not self.woken:
-            wait = CHECKPOINT_LOOK_S if wait is None else min(wait, CHECKPOINT_LOOK_S)
-        self._event = trio.Event()
-        try:
-            with trio.move_on_after(math.inf if wait is None else wait):
-                await self._event.wait()
-        finally:
-            self._event = None
-
-
 async def _checkpoint(service: Backend, rest: Rest) -> None:
     """In a worker thread, off the save path, once due: keep the SQLite WAL small (a look every
     ``CHECKPOINT_LOOK_S`` while it grows, see ``Database.checkpoint``), catch the search index
@@ -286,7 +289,7 @@ async def _watch_signals(early: list[int]) -> None:
 async def _serve(fs: MemoryFs, service: Backend, early: list[int], rest: Rest) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, early)
-        nursery.start_soon(_watch_changes, fs, service)
+        nursery.start_soon(_watch_changes, fs, service, rest)
         nursery.start_soon(_checkpoint, service, rest)
         # One worker: no handler ever awaits (every call is a short synchronous step, see
         # fs/core.py), so more workers only add task switches to every request.

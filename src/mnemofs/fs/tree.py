@@ -38,6 +38,9 @@ class TreeBase:
         self.actor = actor
         self.nodes: dict[int, Node] = {}
         self.handles: dict[int, Handle] = {}
+        # Nodes made with a temporary name (fs/files.py): the ones ``promote_temporaries``
+        # looks at, rather than every node of a full store four times a second.
+        self.temporaries: set[Node] = set()
         self.by_memory: dict[str, Node] = {}  # memory id -> its node, for changes from elsewhere
         # Names that vanished without the kernel's doing (a new file whose first save failed):
         # the adapter tells the kernel to forget them.
