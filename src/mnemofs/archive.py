@@ -19,7 +19,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from typing import IO, Any, cast
 
 from mnemofs.errors import InvalidRequest
@@ -54,6 +53,8 @@ class BadExport(InvalidRequest):
 
 
 def _mnemofs_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # ~20 ms: only when exporting
+
     try:
         return version("mnemofs")
     except PackageNotFoundError:  # pragma: no cover - run from a source tree
