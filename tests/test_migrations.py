@@ -435,3 +435,44 @@ def _own_pg_database(what: str) -> tuple[str, Any]:
         admin.close()
 
     return urlsplit(url)._replace(path=f"/{name}").geturl(), drop
+
+
+def test_0016_the_search_index_merges_eight_segments_at_a_time(tmp_path: Path) -> None:
+    """0016 (SQLite): FTS5 merges a level of the index once it holds eight segments, not
+    four (its default); the setting is the index's own, kept across a rebuild, and the
+    downgrade gives the default back. Searches find what they found."""
+    from alembic import command
+
+    def automerge(engine: Engine) -> Any:
+        with engine.sqlalchemy().connect() as conn:
+            return conn.execute(
+                text("SELECT v FROM memories_fts_config WHERE k = 'automerge'")
+            ).scalar()
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = make_engine(url, check_schema=False)
+    upgrade(engine, "0015")
+    assert automerge(engine) is None  # FTS5's default, 4
+    upgrade(engine)
+    assert automerge(engine) == 8
+    service = MemoryService(engine)
+    store = service.create_store("Birds", "").id
+    for i in range(30):  # more segments than a level holds: batches of one, merged by eight
+        service.create_memory(store, f"/b{i}.md", f"a heron, number {i}")
+        service.catch_up_search()
+    assert len(service.search(store, "heron", limit=50)) == 30
+    assert service.check().problems == []
+    service.close()
+    with engine.sqlalchemy().begin() as conn:
+        conn.execute(text("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')"))
+    assert automerge(engine) == 8
+    config = Config()
+    config.set_main_option(
+        "script_location", str(Path(engine_module.__file__).parent / "migrations")
+    )
+    with engine.sqlalchemy().connect() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0015")
+        conn.commit()
+    assert automerge(engine) == 4
+    engine.dispose()

@@ -12,7 +12,7 @@ Conventions
   that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
   the per-store checks (path free, count under the limit) cannot race.
 
-Search (migrations 0004, 0009, 0013, 0014, 0015) lives outside this file: on SQLite an FTS5
+Search (migrations 0004, 0009, 0013-0016) lives outside this file: on SQLite an FTS5
 table ``memories_fts`` over the view ``memories_text`` (each memory's path and content), whose
 changes triggers note in ``search_pending``; on PostgreSQL a ``search_vector`` column with a
 GIN index, made from the version ``search_head`` names, and ``search_marks``, how far each
