@@ -10,7 +10,12 @@ TRUNCATE one, which waits at most ``WAL_RESTART_WAIT_MS`` for the writers and re
 moment (saves wait that long at worst) and makes the next writer start the log over. The lock
 is not fair: a writer that commits back to back re-takes it before a waiting checkpoint wakes
 (measured: 3,000 saves in a loop, the WAL at 223 MiB), so this process's own write
-transactions step aside while that pass runs (``_restarting``).
+transactions step aside while that pass runs (``_restarting``); it waits for one under way
+itself (``_writer``), so SQLite's busy handler never sleeps on it. What the saves committed
+while the passive pass copied is copied by more passive passes first (up to
+``WAL_CATCH_UP_PASSES``, until one finds fewer than ``WAL_LEFT_FRAMES`` new), while the saves
+go on: the RESTART copied what one pass let in, and on ext4 the saves waited a median of 9 ms
+for it every ~0.15 s under load; now 3 ms.
 
 Rewound, not cut, while the writes keep coming: a checkpoint whose log has reached
 ``WAL_CHECKPOINT_BYTES`` RESTARTs, which leaves the file at the size it reached and has the
@@ -63,6 +68,8 @@ WAL_CHECKPOINT_INTERVAL_S = 1.0  # and copied back this long after the last pass
 WAL_IDLE_CUT_S = 60.0  # and cut once it has not changed for this long
 WAL_AUTO_TRUNCATE_BYTES = 32 * 1024 * 1024  # any other process, at this size
 WAL_RESTART_WAIT_MS = 200
+WAL_CATCH_UP_PASSES = 3  # passive passes at most after the first, before a RESTART or TRUNCATE
+WAL_LEFT_FRAMES = 64  # one that found fewer new frames than this is the last
 ERASE_WAIT_S = 10.0  # how long an erasing change waits for readers to leave the WAL
 STEP_ASIDE_S = 0.05  # background writes let waiting ones go first for at most this long
 STEP_ASIDE_POLL_S = 0.0001
@@ -160,11 +167,25 @@ class Wal:
             if prime and 0 < frames == copied:
                 self._prime(conn)
             return True  # copied back; -1 frames: busy, it could not even look
+        # What the saves committed while that pass copied, copied too while they go on, until
+        # little came in during the last: the pass that stops them then has little to copy.
+        for _ in range(WAL_CATCH_UP_PASSES):
+            before = frames
+            frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+            if frames - before <= WAL_LEFT_FRAMES:
+                break
         mode = "TRUNCATE" if cut else "RESTART"
         conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
         try:
             with self._restarting:
-                busy = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[0]
+                # A write of this process under way ends first, and the pass is let in at
+                # once, not by SQLite's busy handler's sleeps of 1, 2, 5... ms.
+                mine = self._writer.acquire(timeout=WAL_RESTART_WAIT_MS / 1000)
+                try:
+                    busy = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[0]
+                finally:
+                    if mine:
+                        self._writer.release()
         finally:
             conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         return not busy
