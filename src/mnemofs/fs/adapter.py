@@ -150,13 +150,16 @@ class Adapter(pyfuse3.Operations):
         try:
             if ctx is not None:
                 self._may_read(ctx)
-            return self.attrs(self.fs.lookup(parent_inode, _name(name)))
+            node = self.fs.lookup(parent_inode, _name(name))
         except errors.InvalidName as exc:
             # Every create, mkdir or rename looks its new name up first: a name the store
             # cannot hold (not UTF-8, not NFC) is refused here, and said where the agent looks.
             raise self._refused(exc, "lookup", parent_inode, name) from None
         except Exception as exc:
             raise fuse_error(exc, "lookup") from None
+        if node is None:  # the new name of a create, a mkdir, a rename: one exception, not three
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self.attrs(node)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, count in inode_list:

@@ -197,9 +197,15 @@ class TreeBase:
         if node.unlinked:
             self._forget_node(node)
 
-    def lookup(self, parent_ino: int, name: str) -> Node:
-        node = self.child(self.node(parent_ino), name)
-        node.lookups += 1
+    def lookup(self, parent_ino: int, name: str) -> Node | None:
+        """The entry ``name`` of a directory, counted as the kernel's; None if there is none.
+        A miss is no exception: every create, mkdir and rename looks its new name up first."""
+        parent = self.node(parent_ino)
+        if not parent.is_dir:
+            raise FsError(errno.ENOTDIR, f"{parent.name!r} is not a directory")
+        node = parent.children.get(name)
+        if node is not None:
+            node.lookups += 1
         return node
 
     def take_vanished(self) -> list[Invalidation]:
