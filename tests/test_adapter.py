@@ -128,6 +128,24 @@ async def test_refusals_become_errnos(adapter: Adapter) -> None:
 
 
 @pytest.mark.trio
+async def test_names_made_when_asked_for_are_found(adapter: Adapter) -> None:
+    """``.history`` and ``.mnemofs`` are never listed; their entries are made when a lookup
+    asks for them, and a name that is nowhere is ENOENT."""
+    notes = await adapter.lookup(ROOT_INO, b"notes", Ctx())
+    history = await adapter.lookup(notes.st_ino, b".history", Ctx())
+    versions = await adapter.lookup(history.st_ino, b"a.md", Ctx())
+    assert stat.S_ISDIR(versions.st_mode)
+    first = [n for n, _ in adapter.fs.readdir(versions.st_ino, 0)][0]
+    assert first.startswith("0001-created-")
+    assert await code(adapter.lookup(history.st_ino, b"b.md", Ctx())) == errno.ENOENT
+    notices = await adapter.lookup(ROOT_INO, b".mnemofs", Ctx())
+    refusals = await adapter.lookup(notices.st_ino, b"refusals", Ctx())
+    assert stat.S_ISREG(refusals.st_mode)
+    assert await code(adapter.lookup(notices.st_ino, b"nope", Ctx())) == errno.ENOENT
+    assert await code(adapter.lookup(notes.st_ino, b"b.md", Ctx())) == errno.ENOENT
+
+
+@pytest.mark.trio
 async def test_group_access_lets_members_in(service: MemoryService) -> None:
     store = service.create_store("Shared").id
     service.create_memory(store, "/s.md", "shared\n")

@@ -21,11 +21,10 @@ like any other.
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Iterator
 
 from mnemofs.fs.files import FilesMixin
-from mnemofs.fs.nodes import FsError, Node, _now_ns, _ns, drop_child
+from mnemofs.fs.nodes import Node, _now_ns, _ns, drop_child
 from mnemofs.models import HistoryEntry
 
 HISTORY = ".history"
@@ -41,18 +40,16 @@ def version_name(number: int, entry: HistoryEntry) -> str:
 class HistoryMixin(FilesMixin):
     """``.history``: see the module docstring."""
 
-    def child(self, parent: Node, name: str) -> Node:
+    def find(self, parent: Node, name: str) -> Node | None:
         if parent.history is not None:
             found = parent.children.get(name)
             if found is None:
                 self._fill_history(parent)
                 found = parent.children.get(name)
-            if found is None:
-                raise FsError(errno.ENOENT, f"no history at {name!r}")
             return found
         if name == HISTORY and parent.mount is not None and parent is parent.mount.root:
             return self._history_root(parent)
-        return super().child(parent, name)
+        return super().find(parent, name)
 
     def readdir(self, ino: int, after: int) -> Iterator[tuple[str, Node]]:
         node = self.node(ino)

@@ -51,10 +51,10 @@ def stamp() -> str:
 class NoticesMixin(FilesMixin):
     """``.mnemofs/refusals`` and ``.mnemofs/changes``: see the module docstring."""
 
-    def child(self, parent: Node, name: str) -> Node:
+    def find(self, parent: Node, name: str) -> Node | None:
         if parent is self.root and name == NOTICES:
             return self._notices_dir()
-        return super().child(parent, name)
+        return super().find(parent, name)
 
     def _notices_dir(self) -> Node:
         if self._notices is None:

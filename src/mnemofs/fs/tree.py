@@ -166,13 +166,18 @@ class TreeBase:
         except KeyError:
             raise FsError(errno.ENOENT, f"no inode {ino}") from None
 
-    def child(self, parent: Node, name: str) -> Node:
+    def find(self, parent: Node, name: str) -> Node | None:
+        """The entry ``name`` of a directory, or None. What the tree holds; the parts that
+        make entries when asked for (``.history``, ``.mnemofs``) make them here."""
         if not parent.is_dir:
             raise FsError(errno.ENOTDIR, f"{parent.name!r} is not a directory")
-        try:
-            return parent.children[name]
-        except KeyError:
-            raise FsError(errno.ENOENT, f"no entry {name!r}") from None
+        return parent.children.get(name)
+
+    def child(self, parent: Node, name: str) -> Node:
+        node = self.find(parent, name)
+        if node is None:
+            raise FsError(errno.ENOENT, f"no entry {name!r}")
+        return node
 
     def _forget_node(self, node: Node) -> None:
         """Drop a node that left the tree once the kernel and open files let go of it."""
@@ -200,10 +205,7 @@ class TreeBase:
     def lookup(self, parent_ino: int, name: str) -> Node | None:
         """The entry ``name`` of a directory, counted as the kernel's; None if there is none.
         A miss is no exception: every create, mkdir and rename looks its new name up first."""
-        parent = self.node(parent_ino)
-        if not parent.is_dir:
-            raise FsError(errno.ENOTDIR, f"{parent.name!r} is not a directory")
-        node = parent.children.get(name)
+        node = self.find(self.node(parent_ino), name)
         if node is not None:
             node.lookups += 1
         return node
