@@ -135,7 +135,7 @@ async def test_names_made_when_asked_for_are_found(adapter: Adapter) -> None:
     history = await adapter.lookup(notes.st_ino, b".history", Ctx())
     versions = await adapter.lookup(history.st_ino, b"a.md", Ctx())
     assert stat.S_ISDIR(versions.st_mode)
-    first = [n for n, _ in adapter.fs.readdir(versions.st_ino, 0)][0]
+    first = next(n for n, _ in adapter.fs.readdir(versions.st_ino, 0))
     assert first.startswith("0001-created-")
     assert await code(adapter.lookup(history.st_ino, b"b.md", Ctx())) == errno.ENOENT
     notices = await adapter.lookup(ROOT_INO, b".mnemofs", Ctx())
