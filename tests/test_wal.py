@@ -267,6 +267,38 @@ def test_a_deferring_service_says_when_its_upkeep_has_work(tmp_path: Path) -> No
     service.close()
 
 
+def test_a_primed_log_that_another_process_wrote_to_is_copied_back_from_any_thread(
+    tmp_path: Path,
+) -> None:
+    """A mount checkpoints from whichever worker thread trio hands it, each with its own
+    connection. Once the log is primed, another process's save must still be copied back by
+    the next pass, whatever thread runs it: ``data_version`` counts per connection, so a
+    fresh connection's value said nothing about what the priming one had seen (it matched,
+    and the save stayed in the log until the idle cut, a minute on)."""
+    path, service, store = _deferring(tmp_path)
+    db = service.db
+    assert db._wal is not None
+
+    def in_a_new_thread() -> None:
+        thread = threading.Thread(target=db.checkpoint)
+        thread.start()
+        thread.join()
+
+    service.save_file(store, "/first.md", "a save, then a rest\n")
+    in_a_new_thread()  # copies back
+    db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
+    in_a_new_thread()  # primes
+    assert db._wal._primed
+    other = MemoryService(make_engine(f"sqlite:///{path}"), actor="cli")
+    other.save_file(store, "/from-cli.md", "saved elsewhere\n")
+    time.sleep(0.05)  # past the file clock's tick
+    assert db.checkpoint_due()
+    in_a_new_thread()
+    assert _in_database_file(path, "/from-cli.md")
+    other.close()
+    service.close()
+
+
 def test_a_log_another_writer_holds_is_not_primed(tmp_path: Path) -> None:
     """While another connection (another process, say) holds the write lock, the pass copies
     back and leaves the log for that writer to start over (the primer does not wait for the
@@ -282,7 +314,7 @@ def test_a_log_another_writer_holds_is_not_primed(tmp_path: Path) -> None:
         other.execute("BEGIN IMMEDIATE")
         db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
         db.checkpoint()  # copies back; the primer finds the lock taken (it does not wait)
-        assert db._wal._primed is None
+        assert not db._wal._primed
         other.execute("ROLLBACK")
     finally:
         other.close()
@@ -290,7 +322,7 @@ def test_a_log_another_writer_holds_is_not_primed(tmp_path: Path) -> None:
     db.checkpoint()
     db._wal.checkpointed_at -= wal.WAL_CHECKPOINT_INTERVAL_S
     db.checkpoint()
-    assert db._wal._primed is not None
+    assert db._wal._primed
     assert service.find_memory(store, "/g.md").content == "y" * 2000
     service.close()
 

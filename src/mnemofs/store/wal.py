@@ -32,7 +32,7 @@ for ``WAL_IDLE_CUT_S``, by a forced pass, and after an erasing change (``Databas
 A log that pass copied whole is also started over by the pass itself (``Wal._prime``): the
 writer that starts a log over writes its header and syncs it (``synchronous=NORMAL``), and that
 was the next save, after every pause. Once primed, the log is left alone while nobody writes
-(``PRAGMA data_version``, and this process's own writes), so an idle mount writes nothing. How
+to it (its file unchanged since that pass), so an idle mount writes nothing. How
 much of a rewound log is new cannot be told from the file's size, so a deferring process passes
 whenever the file changed since its last pass (a stat: size and mtime); the passive pass copies
 what is new and reports the log's length, which decides whether to RESTART. (Not by reading the
@@ -57,12 +57,6 @@ from typing import Any
 
 from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS
 
-
-def _data_version(conn: Any) -> int:
-    """Changes when another connection commits (SQLite's ``data_version``)."""
-    return int(conn.execute("PRAGMA data_version").fetchone()[0])
-
-
 WAL_CHECKPOINT_BYTES = 8 * 1024 * 1024  # a deferring process's log starts over at this length
 WAL_CHECKPOINT_INTERVAL_S = 1.0  # and copied back this long after the last pass
 WAL_IDLE_CUT_S = 60.0  # and cut once it has not changed for this long
@@ -83,9 +77,7 @@ class Wal:
         self.checkpointed_at = 0.0  # monotonic time of the last checkpoint or size check
         self._passed: tuple[int, int] = (0, 0)  # the file's (size, mtime) after the last pass
         self._changed_at = time.monotonic()  # of the last pass that found the file changed
-        # After this process primed the log: (data_version, this process's writes) then.
-        self._primed: tuple[int, int] | None = None
-        self._writes = 0  # this process's write transactions so far (``writer_turn``)
+        self._primed = False  # the last pass started the log over itself (``_prime``)
         self._frame_bytes = 0  # a frame: the page size and its header (read once)
         self._restarting = threading.Lock()  # held by a RESTART or TRUNCATE pass
         self._writer = threading.RLock()  # held by this process's write transaction
@@ -120,7 +112,7 @@ class Wal:
             return None
         if look != self._passed:
             return 0.0
-        if self._primed is not None:
+        if self._primed:
             return self._changed_at + WAL_IDLE_CUT_S - time.monotonic()
         return self.checkpointed_at + WAL_CHECKPOINT_INTERVAL_S - time.monotonic()
 
@@ -156,10 +148,13 @@ class Wal:
         unless that pass found readers or writers in the way. With ``prime`` (the writes have
         let up), a log the pass copied whole is started over here (``_prime``), and a log that
         nobody wrote to since it was is left alone."""
-        if self._primed is not None:
-            if not cut and (_data_version(conn), self._writes) == self._primed:
-                return True  # its one frame is the primer's, which changed nothing
-            self._primed = None
+        if self._primed:
+            # Nobody wrote since the pass that primed it: its one frame is the primer's. (The
+            # file, not ``data_version``: that counts per connection, and the pass may come
+            # from another thread, with a connection of its own, than the one that primed.)
+            if not cut and self._look() == self._passed:
+                return True
+            self._primed = False
         if not self._frame_bytes:
             self._frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + 24
         _, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -212,7 +207,7 @@ class Wal:
                 return
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-            self._primed = (_data_version(conn), self._writes)
+            self._primed = True
         finally:
             self._writer.release()
 
@@ -234,7 +229,6 @@ class Wal:
             finally:
                 with self._queue_lock:
                     self._queued -= 1
-        self._writes += 1  # a commit of this connection or another of this process's
         try:
             yield
         finally:
