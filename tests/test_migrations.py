@@ -20,12 +20,26 @@ from mnemofs.store.engine import SchemaOutOfDate, current_revision
 from mnemofs.store.schema import SCHEMA_REVISION, SEARCH_OBJECTS, metadata
 
 
-def test_schema_revision_is_the_newest_migration() -> None:
+def _alembic_config() -> Config:
     config = Config()
     config.set_main_option(
         "script_location", str(Path(engine_module.__file__).parent / "migrations")
     )
-    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_REVISION
+    return config
+
+
+def _downgrade(conn: Any, revision: str) -> None:
+    """Run the migrations down to ``revision`` on ``conn`` and commit."""
+    from alembic import command
+
+    config = _alembic_config()
+    config.attributes["connection"] = conn
+    command.downgrade(config, revision)
+    conn.commit()
+
+
+def test_schema_revision_is_the_newest_migration() -> None:
+    assert ScriptDirectory.from_config(_alembic_config()).get_current_head() == SCHEMA_REVISION
 
 
 def test_migrated_database_matches_schema(engine: Engine) -> None:
@@ -164,7 +178,6 @@ def test_0013_postgres_vectors_are_made_and_then_trail(tmp_path: Path) -> None:
     existed are indexed by the upgrade, later changes empty their row's vector until a catch-up
     (every search first), and the downgrade brings the generated column back."""
     import psycopg
-    from alembic import command
 
     from .conftest import pg_url
 
@@ -194,14 +207,8 @@ def test_0013_postgres_vectors_are_made_and_then_trail(tmp_path: Path) -> None:
         assert [h.path for h in service.search("memstore_1", "ibis")] == ["/old.md"]
         assert service.check().problems == []
         service.close()
-        config = Config()
-        config.set_main_option(
-            "script_location", str(Path(engine_module.__file__).parent / "migrations")
-        )
         with engine.sqlalchemy().connect() as conn:  # the downgrade: a generated column again
-            config.attributes["connection"] = conn
-            command.downgrade(config, "0012")
-            conn.commit()
+            _downgrade(conn, "0012")
             assert conn.execute(text(stale)).scalar() == 0
             hits = (
                 "SELECT path FROM memories WHERE search_vector @@ plainto_tsquery('simple', 'ibis')"
@@ -296,8 +303,6 @@ def test_0014_keeps_every_text_once_and_downgrades(tmp_path: Path, backend: str)
     """Every memory and version reads the same text after 0014, each text is kept once per
     store, search still finds what it found, ``db check`` is clean; the downgrade puts the
     texts back in their columns."""
-    from alembic import command
-
     if backend == "sqlite":
         url, drop = f"sqlite:///{tmp_path / 'db.sqlite'}", None
     else:
@@ -328,14 +333,8 @@ def test_0014_keeps_every_text_once_and_downgrades(tmp_path: Path, backend: str)
         assert [h.path for h in service.search(a, "egret")] == ["/b.md"]
         assert service.check().problems == []
         service.close()
-        config = Config()
-        config.set_main_option(
-            "script_location", str(Path(engine_module.__file__).parent / "migrations")
-        )
         with engine.sqlalchemy().connect() as conn:
-            config.attributes["connection"] = conn
-            command.downgrade(config, "0013")
-            conn.commit()
+            _downgrade(conn, "0013")
             back = conn.execute(text("SELECT id, content FROM memory_versions ORDER BY seq")).all()
             assert dict(back) == {**expected, "memver_8": made["a1"], back[-1][0]: "now an egret\n"}
             assert conn.execute(
@@ -357,8 +356,6 @@ def test_0015_saves_leave_the_vector_and_searches_skip_it(tmp_path: Path) -> Non
     update: no index holds what a save changes), a search never matches a vector made from
     another version than the row's head, and a catch-up brings it up. The downgrade brings
     the trigger back, with the rows behind emptied as it would have left them."""
-    from alembic import command
-
     from .pgstat import number
 
     url, drop = _own_pg_database("marks")
@@ -401,14 +398,8 @@ def test_0015_saves_leave_the_vector_and_searches_skip_it(tmp_path: Path) -> Non
         service.update_memory(a, "mem_a", content="an egret again\n")
         service.catch_up_search = lambda **_: None  # type: ignore[method-assign]
         service.close()  # without catching up: mem_a is behind
-        config = Config()
-        config.set_main_option(
-            "script_location", str(Path(engine_module.__file__).parent / "migrations")
-        )
         with sql.connect() as conn:
-            config.attributes["connection"] = conn
-            command.downgrade(config, "0014")
-            conn.commit()
+            _downgrade(conn, "0014")
             emptied = "SELECT id FROM memories WHERE search_vector IS NULL"
             assert conn.execute(text(emptied)).scalars().all() == ["mem_a"]
             trigger = "SELECT COUNT(*) FROM pg_trigger WHERE tgname = 'search_note_change'"
@@ -441,7 +432,6 @@ def test_0016_the_search_index_merges_eight_segments_at_a_time(tmp_path: Path) -
     """0016 (SQLite): FTS5 merges a level of the index once it holds eight segments, not
     four (its default); the setting is the index's own, kept across a rebuild, and the
     downgrade gives the default back. Searches find what they found."""
-    from alembic import command
 
     def automerge(engine: Engine) -> Any:
         with engine.sqlalchemy().connect() as conn:
@@ -466,13 +456,7 @@ def test_0016_the_search_index_merges_eight_segments_at_a_time(tmp_path: Path) -
     with engine.sqlalchemy().begin() as conn:
         conn.execute(text("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')"))
     assert automerge(engine) == 8
-    config = Config()
-    config.set_main_option(
-        "script_location", str(Path(engine_module.__file__).parent / "migrations")
-    )
     with engine.sqlalchemy().connect() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0015")
-        conn.commit()
+        _downgrade(conn, "0015")
     assert automerge(engine) == 4
     engine.dispose()
