@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,7 @@ class Target:
     runs: list[dict[str, float]] = field(default_factory=list)
     wal_max: int = 0
     errors: list[str] = field(default_factory=list)
+    failed: Counter[str] = field(default_factory=Counter)  # failed calls, by phase
 
 
 Phase = tuple[str, Callable[[], float]]
@@ -116,12 +118,13 @@ class Texts:
         return self._window(index, 2048, 389) if self.prose else HALF
 
 
-def workload(root: Path, files: int, errors: list[str], texts: Texts) -> list[Phase]:
+def workload(root: Path, files: int, target: Target, texts: Texts) -> list[Phase]:
     """One round in ``root`` (a new folder each round: a peer that failed a round leaves what
     it failed on behind): its phases in order, each a name and a function that runs it and
-    returns ops/s. A call that fails is noted in ``errors`` and the phase goes on: rclone's
-    write-back can finish uploading a file after it was renamed, and the folder's rmdir then
-    fails with EIO ("directory not empty" in its log)."""
+    returns ops/s, of the calls that succeeded. A call that fails is noted in the target's
+    ``errors`` and ``failed`` and the phase goes on: rclone's write-back can finish uploading
+    a file after it was renamed, and the folder's rmdir then fails with EIO ("directory not
+    empty" in its log), at once: counted, it would make the peer look faster."""
     dirs = [root / f"d{i:02d}" for i in range(DIRS)]
     extra = [dirs[i % DIRS] / f"sub{i:04d}" for i in range(max(DIRS, files // 10))]
     paths = [dirs[i % DIRS] / f"f{i:05d}.md" for i in range(files)]
@@ -131,13 +134,16 @@ def workload(root: Path, files: int, errors: list[str], texts: Texts) -> list[Ph
     def phase(name: str, fn: Callable[[Path], object], items: list[Path] = paths) -> Phase:
         def run() -> float:
             root.mkdir(exist_ok=True)  # the round's folder, made untimed
+            done = len(items)
             start = time.perf_counter()
             for p in items:
                 try:
                     fn(p)
                 except (OSError, subprocess.CalledProcessError) as exc:
-                    errors.append(f"{name} {p.relative_to(root)}: {exc}")
-            return len(items) / (time.perf_counter() - start)
+                    target.errors.append(f"{name} {p.relative_to(root)}: {exc}")
+                    target.failed[name] += 1
+                    done -= 1
+            return done / (time.perf_counter() - start)
 
         return name, run
 
@@ -241,9 +247,7 @@ def run_round(
     tens of per cent within a minute); the targets' order rotates from round to round."""
     turn = round_no % len(targets)
     order = targets[turn:] + targets[:turn]
-    plans = {
-        t.name: workload(t.path / f"round{round_no + 1}", files, t.errors, texts) for t in order
-    }
+    plans = {t.name: workload(t.path / f"round{round_no + 1}", files, t, texts) for t in order}
     results: dict[str, dict[str, float]] = {t.name: {} for t in order}
     for step in range(len(plans[order[0].name])):
         for t in order:
@@ -527,21 +531,28 @@ def report(targets: list[Target], repeat: int, files: int, texts: Texts) -> None
         + "".join(f"{n:>13}" for n in cols)
         + "".join(f"{label:>{width}}" for label, width in labels)
     )
+    failed = {t.name: t.failed for t in targets}
     for phase in med[cols[0]]:
         row = f"{phase:<20}" + "".join(f"{med[n][phase]:>13,.0f}" for n in cols)
-        row += "".join(
-            f"{paired(runs[a], runs[b], phase):>{width}.2f}"
-            for (a, b), (_, width) in zip(ratios, labels, strict=True)
-        )
+        for (a, b), (_, width) in zip(ratios, labels, strict=True):
+            mark = "*" if failed[a][phase] or failed[b][phase] else ""
+            row += f"{paired(runs[a], runs[b], phase):.2f}{mark}".rjust(width)
         print(row)
+    for t in targets:
+        for phase, count in t.failed.items():
+            print(
+                f"* {t.name} failed {count} {phase} calls over the rounds: its ops/s counts "
+                "those that succeeded (a failed call may have cost it less or more)"
+            )
 
 
 def paired(a: list[dict[str, float]], b: list[dict[str, float]], phase: str) -> float:
     """The median of each round's ratio a/b: a round's two targets ran the phase seconds
     apart, while rounds are minutes apart and this machine's speed drifts by up to a factor of
     two between them; the ratio of the two medians could pair a fast round of one with a slow
-    round of the other."""
-    return statistics.median(x[phase] / y[phase] for x, y in zip(a, b, strict=True))
+    round of the other. Rounds where b did nothing (every call failed) are left out."""
+    pairs = [x[phase] / y[phase] for x, y in zip(a, b, strict=True) if y[phase]]
+    return statistics.median(pairs) if pairs else float("nan")
 
 
 def each_round(targets: list[Target]) -> None:
