@@ -85,9 +85,10 @@ def catch_up_marks(tx: Tx, batch: int | None) -> int:
         tx.run("SET LOCAL enable_seqscan = off")
     else:
         # A batch's plan is made once per connection (until an ANALYZE of its tables), not for
-        # every batch: the planner would make each one anew, since a plan for the given mark
-        # always looks cheaper than one for any mark, and making it cost ~80 µs per change
-        # taken in (batches of 20; 25-30% of a catch-up of short notes, decisions.md).
+        # every batch: the planner made each one anew (a plan for the given mark looked
+        # cheaper than one for any mark, in the benchmark's stores every time), and making it
+        # cost ~80 µs per change taken in (batches of 20; 25-30% of a catch-up of short notes,
+        # decisions.md).
         tx.run(
             "SELECT set_config('enable_seqscan', 'off', true), "
             "set_config('plan_cache_mode', 'force_generic_plan', true)"
