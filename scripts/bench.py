@@ -11,6 +11,10 @@ alike; the order rotates each round), on:
 - rclone: ``rclone mount --vfs-cache-mode writes`` of a local folder (what many agent sandboxes
   mount today);
 - mnemofs: a mount of a store in a fresh SQLite database;
+- store: no mount, the store's own calls for the phases a mount answers with one (mkdir,
+  create, overwrite, append, rename, delete, rmdir), made in this process on a database of
+  its own, as a mount's request thread makes them (``StoreCalls``); with ``--pg`` also
+  store-pg on PostgreSQL;
 - with ``--store-size N``: mnemofs-full, a mount (of its own database) that already holds N
   memories: in the benchmarked store as many as leave room for the workload's files under the
   per-store limit (it ends each round full), the rest in a second attached store; and how long
@@ -28,17 +32,21 @@ Everything (sources, caches, databases) lives in a folder on tmpfs (``--dir``, d
 /dev/shm). Phases: mkdir, create+write+close of 4 KiB files in 20 directories, stat, list,
 read, overwrite 2 KiB, append a line, ``sed -i``, temp file + ``os.replace``, ``sh -c 'echo >>
 f'``, rename, delete, rmdir. Prints ops/s (median of --repeat rounds), the ratios mnemofs/bindfs
-and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseline when
-measured), each the median of the rounds' own ratios, then per mnemofs mount the largest
-SQLite ``-wal`` seen during the rounds, resident memory after them,
-and CPU used while idle. ``--each`` also prints every round's ops/s of every target.
-Files hold the same ``x`` bytes unless ``--prose`` gives each its own made-up text (``Texts``).
+and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseline,
+mnemofs/store when measured), each the median of the rounds' own ratios; then where a change's
+time goes: per call, the mount's, its store call's and the rest (FUSE, the kernel, the client),
+and the best ratio to bindfs and rclone that store call allows if the rest cost what bindfs's
+whole call does (``floors``); then per mnemofs mount the largest SQLite ``-wal`` seen during
+the rounds, resident memory after them, and CPU used while idle. ``--each`` also prints every
+round's ops/s of every target. Files hold the same ``x`` bytes unless ``--prose`` gives each
+its own made-up text (``Texts``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import platform
 import random
@@ -54,6 +62,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DIRS = 20
 BLOCK = b"x" * 4096
@@ -82,6 +91,9 @@ class Target:
     wal_max: int = 0
     errors: list[str] = field(default_factory=list)
     failed: Counter[str] = field(default_factory=Counter)  # failed calls, by phase
+
+    def workload(self, round_no: int, files: int, texts: Texts) -> list[Phase]:
+        return workload(self.path / f"round{round_no + 1}", files, self, texts)
 
 
 Phase = tuple[str, Callable[[], float]]
@@ -204,6 +216,86 @@ def workload(root: Path, files: int, target: Target, texts: Texts) -> list[Phase
     ]
 
 
+@dataclass
+class StoreCalls(Target):
+    """The store's own calls for the phases a mount answers with one (mkdir, create,
+    overwrite, append, rename, delete, rmdir), made in this process as a mount's request
+    thread makes them (``defer_checkpoints``; the upkeep on a thread of its own): what a
+    mount's change costs before FUSE, the kernel and the client add theirs. The other phases
+    are not one store call: ``nan``."""
+
+    service: Any = None
+    store_id: str = ""
+
+    def workload(self, round_no: int, files: int, texts: Texts) -> list[Phase]:
+        from mnemofs.content import Content
+
+        service, store = self.service, self.store_id
+        root = f"/round{round_no + 1}"
+        dirs = [f"{root}/d{i:02d}" for i in range(DIRS)]
+        extra = [f"{dirs[i % DIRS]}/sub{i:04d}" for i in range(max(DIRS, files // 10))]
+        paths = [f"{dirs[i % DIRS]}/f{i:05d}.md" for i in range(files)]
+        saved: dict[str, tuple[str, bytes]] = {}  # path: (memory id, content)
+
+        def phase(name: str, fn: Callable[[int, str], object], items: list[str]) -> Phase:
+            def run() -> float:
+                start = time.perf_counter()
+                for i, path in enumerate(items):
+                    fn(i, path)
+                return len(items) / (time.perf_counter() - start)
+
+            return name, run
+
+        def save(path: str, data: bytes, memory_id: str | None) -> None:
+            memory, _ = service.save_file(
+                store, path, Content.from_bytes(data), memory_id=memory_id, actor=self.name
+            )
+            saved[path] = (memory.id, data)
+
+        def overwrite(i: int, path: str) -> None:
+            memory_id, data = saved[path]
+            save(path, texts.half(i) + data[len(texts.half(i)) :], memory_id)
+
+        def append(i: int, path: str) -> None:
+            memory_id, data = saved[path]
+            save(path, data + LINE, memory_id)
+
+        def rename(i: int, path: str) -> None:
+            memory_id, _ = saved[path]
+            new = path.removesuffix(".md") + ".txt"
+            service.update_memory(store, memory_id, path=new, actor=self.name, keep_directory=True)
+
+        def delete(i: int, path: str) -> None:
+            memory_id, _ = saved.pop(path)
+            service.delete_memory(store, memory_id, actor=self.name, keep_directory=True)
+
+        none: Callable[[], float] = lambda: float("nan")  # noqa: E731
+        mount_phases = [name for name, _ in workload(Path(root), files, self, texts)]
+        phases = dict(
+            [
+                phase("mkdir", lambda i, p: service.make_directory(store, p), dirs + extra),
+                phase("create+write+close", lambda i, p: save(p, texts.block(i), None), paths),
+                phase("overwrite 2 KiB", overwrite, paths),
+                phase("append a line", append, paths),
+                phase("rename", rename, paths),
+                phase("delete", delete, paths),
+                phase("rmdir", lambda i, p: service.remove_directory(store, p), extra + dirs),
+            ]
+        )
+        return [(name, phases.get(name, none)) for name in mount_phases]
+
+
+def upkeep(service: Any, stop: threading.Event) -> None:
+    """What a mount's worker thread does for its request thread (fs/mount.py's
+    ``_checkpoint``): checkpoints, the search index's catch-up, once due."""
+    while not stop.is_set():
+        wait = service.upkeep_in()
+        if wait is not None and wait <= 0:
+            service.checkpoint()
+        else:
+            stop.wait(0.1 if wait is None else min(wait, 0.1))
+
+
 def settle(pids: list[int]) -> None:
     """Wait until the processes ``pids`` and this machine's PostgreSQL server processes are
     quiet (see ``PHASE_SETTLE_S``). The server's count: a PostgreSQL mount's search catch-up
@@ -247,7 +339,7 @@ def run_round(
     tens of per cent within a minute); the targets' order rotates from round to round."""
     turn = round_no % len(targets)
     order = targets[turn:] + targets[:turn]
-    plans = {t.name: workload(t.path / f"round{round_no + 1}", files, t, texts) for t in order}
+    plans = {t.name: t.workload(round_no, files, texts) for t in order}
     results: dict[str, dict[str, float]] = {t.name: {} for t in order}
     for step in range(len(plans[order[0].name])):
         for t in order:
@@ -272,6 +364,7 @@ class Bench:
         self.work = work
         self.procs: list[subprocess.Popen[bytes]] = []
         self.mounts: list[Path] = []
+        self.stop_upkeep = threading.Event()
 
     def start(self, argv: list[str], mountpoint: Path, **kw: object) -> subprocess.Popen[bytes]:
         mountpoint.mkdir(parents=True, exist_ok=True)
@@ -281,6 +374,7 @@ class Bench:
         return proc
 
     def close(self) -> None:
+        self.stop_upkeep.set()
         for proc in self.procs:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -300,6 +394,8 @@ class Bench:
             targets.append(self.rclone())
         if want("mnemofs"):
             targets.append(self.mnemofs("mnemofs", self.database("mnemofs"))[0])
+        if want("store"):
+            targets.append(self.store_calls("store", self.database("store")))
         if against and want("baseline"):
             code = self.code_of(against)
             targets.append(self.mnemofs("baseline", self.database("baseline"), code=code)[0])
@@ -361,6 +457,18 @@ class Bench:
         os.listdir(root / "bench")
         path = Path(db) if "://" not in db else None
         return Target(name, root / "bench", pid=proc.pid, db=path), ready
+
+    def store_calls(self, name: str, db: str) -> StoreCalls:
+        """A store "Bench" in database ``db`` (a path or a URL) and a service of this process
+        to call it, set up as a mount sets up its own (``StoreCalls``)."""
+        from mnemofs.store import MemoryService, make_engine
+
+        service = MemoryService(make_engine(db))
+        service.defer_checkpoints()  # on this thread: the one that makes the calls
+        threading.Thread(target=upkeep, args=(service, self.stop_upkeep), daemon=True).start()
+        store = service.create_store("Bench").id
+        path = Path(db) if "://" not in db else None
+        return StoreCalls(name, self.work / name, db=path, service=service, store_id=store)
 
     def database(self, name: str) -> str:
         """A SQLite database in a folder of its own: a mount watches its database's folder
@@ -515,6 +623,7 @@ def report(targets: list[Target], repeat: int, files: int, texts: Texts) -> None
     ratios = [("mnemofs", "bindfs"), ("mnemofs", "rclone")]
     ratios += [(n, "mnemofs") for n in ("mnemofs-full", "mnemofs-pg", "remote") if n in med]
     ratios += [("mnemofs", "baseline"), ("mnemofs-pg", "baseline-pg")]
+    ratios += [("mnemofs", "store"), ("mnemofs-pg", "store-pg")]
     ratios = [(a, b) for a, b in ratios if a in med and b in med]
     print(
         f"\n{files} files of 4 KiB ({'prose' if texts.prose else 'x bytes'}) in {DIRS} "
@@ -533,10 +642,10 @@ def report(targets: list[Target], repeat: int, files: int, texts: Texts) -> None
     )
     failed = {t.name: t.failed for t in targets}
     for phase in med[cols[0]]:
-        row = f"{phase:<20}" + "".join(f"{med[n][phase]:>13,.0f}" for n in cols)
+        row = f"{phase:<20}" + "".join(_cell(med[n][phase], ",.0f").rjust(13) for n in cols)
         for (a, b), (_, width) in zip(ratios, labels, strict=True):
             mark = "*" if failed[a][phase] or failed[b][phase] else ""
-            row += f"{paired(runs[a], runs[b], phase):.2f}{mark}".rjust(width)
+            row += (_cell(paired(runs[a], runs[b], phase), ".2f") + mark).rjust(width)
         print(row)
     for t in targets:
         for phase, count in t.failed.items():
@@ -544,6 +653,68 @@ def report(targets: list[Target], repeat: int, files: int, texts: Texts) -> None
                 f"* {t.name} failed {count} {phase} calls over the rounds: its ops/s counts "
                 "those that succeeded (a failed call may have cost it less or more)"
             )
+
+
+def _cell(value: float, spec: str) -> str:
+    return "-" if math.isnan(value) else format(value, spec)
+
+
+def floors(targets: list[Target]) -> None:
+    """Where a change's time goes, in µs per call: the mount's (mnemofs), the store's call
+    alone (store), and the rest (FUSE, the kernel, the client); then the best ratio a mount
+    could reach with that store call if the rest cost what bindfs's whole call does
+    (best/bindfs, best/rclone) and, on PostgreSQL, if the rest cost what the SQLite mount's
+    does (best pg/mnemofs). Each the median of the rounds' own."""
+    runs = {t.name: t.runs for t in targets}
+    if not {"mnemofs", "store", "bindfs", "rclone"} <= runs.keys():
+        return
+    Us = dict[str, float]
+    columns: list[tuple[str, Callable[[Us], float], str]] = [
+        ("mnemofs", lambda t: t["mnemofs"], ",.0f"),
+        ("store", lambda t: t["store"], ",.0f"),
+        ("rest", lambda t: t["mnemofs"] - t["store"], ",.0f"),
+        ("bindfs", lambda t: t["bindfs"], ",.0f"),
+        ("best/bindfs", lambda t: t["bindfs"] / (t["bindfs"] + t["store"]), ".2f"),
+        ("best/rclone", lambda t: t["rclone"] / (t["bindfs"] + t["store"]), ".2f"),
+    ]
+    if {"mnemofs-pg", "store-pg"} <= runs.keys():
+        columns += [
+            ("pg", lambda t: t["mnemofs-pg"], ",.0f"),
+            ("store-pg", lambda t: t["store-pg"], ",.0f"),
+            ("pg rest", lambda t: t["mnemofs-pg"] - t["store-pg"], ",.0f"),
+            (
+                "best pg/mnemofs",
+                lambda t: t["mnemofs"] / (t["mnemofs"] - t["store"] + t["store-pg"]),
+                ".2f",
+            ),
+        ]
+
+    def across(phase: str, fn: Callable[[Us], float]) -> float:
+        values = []
+        for i in range(len(runs["store"])):
+            rates = {name: r[i][phase] for name, r in runs.items()}
+            values.append(fn({n: 1e6 / x if x else math.nan for n, x in rates.items()}))
+        values = [v for v in values if not math.isnan(v)]
+        return statistics.median(values) if values else math.nan
+
+    widths = [max(10, len(label) + 2) for label, _, _ in columns]
+    print(
+        "\nWhere a change's time goes (µs per call): the mount's, its store call's alone (made "
+        "in this process), the rest;\nthe best ratio that store call allows if the rest cost "
+        "what bindfs's whole call does (on PostgreSQL: what the SQLite mount's rest does)"
+    )
+    print(
+        f"{'phase':<20}"
+        + "".join(label.rjust(w) for (label, _, _), w in zip(columns, widths, strict=True))
+    )
+    for phase in runs["store"][0]:
+        if math.isnan(runs["store"][0][phase]):
+            continue  # not one store call
+        cells = (
+            _cell(across(phase, fn), spec).rjust(w)
+            for (_, fn, spec), w in zip(columns, widths, strict=True)
+        )
+        print(f"{phase:<20}" + "".join(cells))
 
 
 def paired(a: list[dict[str, float]], b: list[dict[str, float]], phase: str) -> float:
@@ -587,7 +758,10 @@ def main() -> None:
     notes: list[str] = []
     try:
         targets: list[Target] = []
-        want = lambda name: not only or name in only  # noqa: E731
+
+        def want(name: str) -> bool:
+            return not only or name in only
+
         targets += bench.standard(want, args.against)
         if args.store_size and want("mnemofs-full"):
             start = time.monotonic()
@@ -604,6 +778,8 @@ def main() -> None:
             if not url:
                 raise SystemExit("--pg needs a URL or $MNEMOFS_TEST_PG_URL")
             targets.append(bench.mnemofs("mnemofs-pg", url)[0])
+            if want("store-pg"):
+                targets.append(bench.store_calls("store-pg", url))
             if args.against and want("baseline-pg"):
                 code = bench.code_of(args.against)
                 targets.append(bench.mnemofs("baseline-pg", url, code=code)[0])
@@ -620,6 +796,7 @@ def main() -> None:
             print(f"round {round_no + 1} of {args.repeat} done", file=sys.stderr)
         stop.set()
         report(targets, args.repeat, args.files, texts)
+        floors(targets)
         if args.each:
             each_round(targets)
         if other is not None:

@@ -4,7 +4,9 @@ against a mount that failed calls in a phase says so."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
@@ -55,3 +57,75 @@ def test_a_ratio_against_a_mount_that_failed_calls_is_marked(
     assert rows["mkdir"][-1] == "0.50"
     assert rows["rmdir"][-1] == "0.50*"
     assert "* rclone failed 40 rmdir calls" in out
+
+
+def test_the_store_calls_run_every_phase_a_mount_answers_with_one(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """The ``store`` column: the phases that are one store call each, made in this process on
+    a database of its own, leaving the store as a mount's round leaves it (empty); the others
+    are not measured."""
+    b = bench.Bench(tmp_path)
+    try:
+        target = b.store_calls("store", str(tmp_path / "store.sqlite"))
+        phases = target.workload(0, 40, bench.Texts(False))
+        mount_phases = bench.workload(tmp_path / "round1", 40, target, bench.Texts(False))
+        assert [name for name, _ in phases] == [name for name, _ in mount_phases]
+        rates = {name: run() for name, run in phases}
+        one_call = {"mkdir", "create+write+close", "overwrite 2 KiB", "append a line"}
+        one_call |= {"rename", "delete", "rmdir"}
+        assert {name for name, rate in rates.items() if rate > 0} == one_call
+        assert all(math.isnan(rate) for name, rate in rates.items() if name not in one_call)
+        service, store = target.service, target.store_id
+        kinds = Counter(c.version.operation for c in service.changes(store, 0, limit=1000))
+        assert kinds == {"created": 40, "modified": 120, "deleted": 40}  # 2 saves, a rename
+        assert service.get_store(store).memory_count == 0
+        assert service.explicit_directories(store) == []
+    finally:
+        b.close()
+
+
+def test_the_floors_split_a_change_and_bound_its_ratios(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per call: the mount's time, its store call's, the rest; the best ratio to bindfs and
+    rclone if the rest cost bindfs's whole call, and PostgreSQL's if its rest cost SQLite's."""
+    rates = {  # ops/s; "stat" is no store call
+        "bindfs": (10_000.0, 50_000.0),
+        "rclone": (4_000.0, 9_000.0),
+        "mnemofs": (2_000.0, 40_000.0),
+        "store": (5_000.0, math.nan),
+        "mnemofs-pg": (1_000.0, 30_000.0),
+        "store-pg": (2_500.0, math.nan),
+    }
+    targets = []
+    for name, (create, stat) in rates.items():
+        t = bench.Target(name, tmp_path)
+        t.runs = [{"create": create, "stat": stat}] * 3
+        targets.append(t)
+    bench.floors(targets)
+    out = capsys.readouterr().out.splitlines()
+    header = out[-2].split()
+    assert header[:7] == [
+        "phase",
+        "mnemofs",
+        "store",
+        "rest",
+        "bindfs",
+        "best/bindfs",
+        "best/rclone",
+    ]
+    assert out[-1].split() == [
+        "create",
+        "500",
+        "200",
+        "300",
+        "100",
+        "0.33",
+        "0.83",
+        "1,000",
+        "400",
+        "600",
+        "0.71",
+    ]
+    assert not any(line.startswith("stat") for line in out)
