@@ -129,3 +129,11 @@ def test_the_floors_split_a_change_and_bound_its_ratios(
         "0.71",
     ]
     assert not any(line.startswith("stat") for line in out)
+
+
+def test_the_store_calls_are_not_a_mount_for_the_other_benchmarks(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """scripts/bench-bursts times every target ``standard`` gives through its folder: the store
+    column is scripts/bench's own."""
+    assert bench.Bench(tmp_path).standard(lambda name: name == "store", None) == []
