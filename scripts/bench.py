@@ -269,7 +269,10 @@ class StoreCalls(Target):
             memory_id, _ = saved.pop(path)
             service.delete_memory(store, memory_id, actor=self.name, keep_directory=True)
 
-        none: Callable[[], float] = lambda: float("nan")  # noqa: E731
+        def not_one_call() -> float:
+            return math.nan
+
+        # A mount's phases, in its order: ``run_round`` pairs the targets' phases by position.
         mount_phases = [name for name, _ in workload(Path(root), files, self, texts)]
         phases = dict(
             [
@@ -282,7 +285,7 @@ class StoreCalls(Target):
                 phase("rmdir", lambda i, p: service.remove_directory(store, p), extra + dirs),
             ]
         )
-        return [(name, phases.get(name, none)) for name in mount_phases]
+        return [(name, phases.get(name, not_one_call)) for name in mount_phases]
 
 
 def upkeep(service: Any, stop: threading.Event) -> None:
