@@ -22,17 +22,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from sqlalchemy import insert, text  # noqa: E402
+from sqlalchemy import insert, text
 
-from mnemofs.store import MemoryService, make_engine, sha256_hex  # noqa: E402
-from mnemofs.store.schema import (  # noqa: E402
+from mnemofs.store import MemoryService, make_engine, sha256_hex
+from mnemofs.store.schema import (
     contents,
     memories,
     memory_stores,
     memory_versions,
     metadata,
 )
-from mnemofs.store.service import utc_now  # noqa: E402
+from mnemofs.store.service import utc_now
 
 DIRS = 20
 VERSIONS_PER_MEMORY = 10
