@@ -130,6 +130,15 @@ class Texts:
         return self._window(index, 2048, 389) if self.prose else HALF
 
 
+def layout(files: int) -> tuple[list[str], list[str], list[str]]:
+    """A round's folders, the folders made in them (mkdir's and rmdir's phases) and its
+    files, relative to the round's folder."""
+    dirs = [f"d{i:02d}" for i in range(DIRS)]
+    extra = [f"{dirs[i % DIRS]}/sub{i:04d}" for i in range(max(DIRS, files // 10))]
+    paths = [f"{dirs[i % DIRS]}/f{i:05d}.md" for i in range(files)]
+    return dirs, extra, paths
+
+
 def workload(root: Path, files: int, target: Target, texts: Texts) -> list[Phase]:
     """One round in ``root`` (a new folder each round: a peer that failed a round leaves what
     it failed on behind): its phases in order, each a name and a function that runs it and
@@ -137,9 +146,7 @@ def workload(root: Path, files: int, target: Target, texts: Texts) -> list[Phase
     ``errors`` and ``failed`` and the phase goes on: rclone's write-back can finish uploading
     a file after it was renamed, and the folder's rmdir then fails with EIO ("directory not
     empty" in its log), at once: counted, it would make the peer look faster."""
-    dirs = [root / f"d{i:02d}" for i in range(DIRS)]
-    extra = [dirs[i % DIRS] / f"sub{i:04d}" for i in range(max(DIRS, files // 10))]
-    paths = [dirs[i % DIRS] / f"f{i:05d}.md" for i in range(files)]
+    dirs, extra, paths = ([root / name for name in names] for names in layout(files))
     index = {p: i for i, p in enumerate(paths)}
     fifth = paths[: max(1, files // 5)]
 
@@ -232,9 +239,7 @@ class StoreCalls(Target):
 
         service, store = self.service, self.store_id
         root = f"/round{round_no + 1}"
-        dirs = [f"{root}/d{i:02d}" for i in range(DIRS)]
-        extra = [f"{dirs[i % DIRS]}/sub{i:04d}" for i in range(max(DIRS, files // 10))]
-        paths = [f"{dirs[i % DIRS]}/f{i:05d}.md" for i in range(files)]
+        dirs, extra, paths = ([f"{root}/{name}" for name in names] for names in layout(files))
         saved: dict[str, tuple[str, bytes]] = {}  # path: (memory id, content)
 
         def phase(name: str, fn: Callable[[int, str], object], items: list[str]) -> Phase:
