@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from mnemofs import errors
+from mnemofs.content import never_text
 from mnemofs.fs.adapter import errno_for
 from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Memory
@@ -191,7 +192,12 @@ def test_refusals_leave_the_store_unchanged(fs: MemoryFs) -> None:
     assert code(fs.flush, fh) == errno.EFBIG
     fs.release(fh)
     fh = fs.open(node.ino, write=True, truncate=True)
-    fs.write(fh, 0, b"\xff\xfe")
+    assert code(fs.write, fh, 0, b"ok \xff\xfe") == errno.EILSEQ  # never UTF-8: at the write
+    assert bytes(node.file.data) == b""  # type: ignore[union-attr]
+    assert code(fs.flush, fh) == errno.EILSEQ  # and at the close: the truncation is not saved
+    fs.release(fh)
+    fh = fs.open(node.ino, write=True, truncate=True)
+    fs.write(fh, 0, b"\x80")  # a continuation byte: only the whole file can tell
     with pytest.raises(errors.InvalidContent):
         fs.flush(fh)
     fs.release(fh)
@@ -272,6 +278,21 @@ def test_create_of_a_name_made_meanwhile_opens_it(fs: MemoryFs) -> None:
     assert code(fs.create, root.ino, "d", exclusive=False) == errno.EISDIR
 
 
+def test_a_write_is_refused_for_exactly_the_bytes_no_text_holds() -> None:
+    """``never_text`` flags a byte iff no memory's UTF-8 can hold it: derived from UTF-8
+    itself (every scalar value but NUL, encoded), so a write is never refused for a byte that
+    a valid file could have, split as the writes may be."""
+    held = set()
+    for cp in range(1, 0x110000):
+        if not 0xD800 <= cp <= 0xDFFF:
+            held.update(chr(cp).encode())
+    assert {b for b in range(256) if never_text(bytes([b])) is not None} == set(range(256)) - held
+    assert never_text("plain, é, €, 😀\n".encode()) is None
+    assert never_text(b"abc\0") == 3  # an ASCII write looks for NUL alone
+    assert never_text("é".encode() + b"\xff") == 2
+    assert never_text("é".encode()[:1]) is None  # a character cut between two writes
+
+
 def test_append_lands_at_the_end_whatever_offset_the_kernel_says(fs: MemoryFs) -> None:
     """The kernel's O_APPEND offset is its own idea of the size: another descriptor's O_TRUNC
     open can reach the daemon between that write's offset and the write itself."""
@@ -287,11 +308,12 @@ def test_append_lands_at_the_end_whatever_offset_the_kernel_says(fs: MemoryFs) -
     fs.release(rewriter)
     assert stored(fs)["/a.md"] == "rewritten\n"  # "line\n" first, overwritten from 0
     plain = fs.open(node.ino, write=True, truncate=False)
-    fs.write(plain, 20, b"x")  # without O_APPEND, a write past the end still leaves a hole
-    assert bytes(node.file.data) == b"rewritten\n" + b"\0" * 10 + b"x"  # type: ignore[union-attr]
-    with pytest.raises(errors.InvalidContent):
-        fs.flush(plain)
+    # Without O_APPEND a write past the end would leave a hole of NULs: refused at once.
+    assert code(fs.write, plain, 20, b"x") == errno.EILSEQ
+    assert bytes(node.file.data) == b"rewritten\n"  # type: ignore[union-attr]
+    assert code(fs.flush, plain) == errno.EILSEQ
     fs.release(plain)
+    assert stored(fs)["/a.md"] == "rewritten\n"
 
 
 def test_a_folded_temporary_file_vanishes_from_other_mounts(service: MemoryService) -> None:

@@ -328,9 +328,13 @@ def test_limits_surface_as_errnos(env: Env) -> None:
     assert wait_for(lambda: not big.exists(), timeout=1.0)  # and the name is gone from the mount
     target = env.rw / "notes" / "todo.md"
     fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
-    os.write(fd, b"\xff\xfe not utf-8")
+    assert errno_of(os.write, fd, b"\xff\xfe not utf-8") == errno.EILSEQ  # never in UTF-8
     assert errno_of(os.close, fd) == errno.EILSEQ
     assert env.memory("/notes/todo.md").content == "- buy milk\n"  # the previous head stays
+    assert target.read_text() == "- buy milk\n"
+    fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"\x80 cut from a character")  # only the whole file can tell
+    assert errno_of(os.close, fd) == errno.EILSEQ
     assert target.read_text() == "- buy milk\n"
     assert errno_of(os.open, env.rw / ("n" * 256), os.O_CREAT | os.O_WRONLY) == errno.ENAMETOOLONG
     assert versions(env.service, env.rw_id) == before

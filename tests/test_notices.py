@@ -86,8 +86,9 @@ def test_each_refusal_is_explained(env: Env) -> None:
         assert words in newest, newest
         assert " -> " in newest, newest  # what to do instead
         assert "AKIAIOSFODNN7EXAMPLQ" not in newest  # never the credential itself
-    # One line each, and two for the over-size file: refused at the write and at its close.
-    assert len(env.report("refusals")) == len(cases) + 1
+    # One line each, and two for the over-size file and for the bytes that are not text:
+    # refused at the write and at its close.
+    assert len(env.report("refusals")) == len(cases) + 2
     assert env.service.find_memory(env.notes, "/todo.md").content == "one\n"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .mounted import errno_of, wait_for
+from .mounted import errno_of, versions, wait_for
 from .test_mount import Env, env
 
 __all__ = ["env"]  # the fixture, used by name
@@ -56,6 +56,30 @@ def test_a_name_that_is_not_utf8_is_eilseq(env: Env) -> None:
     assert errno_of(os.mkdir, bad) == errno.EILSEQ
     assert "Traceback" not in env.daemon.log.read_text()
     assert env.paths() == ["/notes/todo.md"]
+
+
+def test_bytes_that_are_never_text_fail_the_write_a_shell_reports(env: Env) -> None:
+    """A shell ignores a failed close, so bytes no memory can hold (a NUL, or one that UTF-8
+    never has) are refused at the write, which it reports; the close refuses too, and the
+    store keeps what it had. A temporary file (vim's swap) holds anything: it is never saved."""
+    todo = env.rw / "notes" / "todo.md"
+    before = versions(env.service, env.rw_id)
+    for command in (r"printf 'x\000y' >> notes/todo.md", r"printf '\377' > notes/new.md"):
+        ran = subprocess.run(["sh", "-c", command], cwd=env.rw, capture_output=True, text=True)
+        assert ran.returncode != 0, command
+        assert "printf" in ran.stderr, ran.stderr  # dash: "printf: I/O error"
+    assert todo.read_text() == "- buy milk\n"
+    assert wait_for(lambda: not (env.rw / "notes" / "new.md").exists(), timeout=1.0)
+    with pytest.raises(OSError) as info, open(env.rw / "notes" / "py.md", "w") as f:
+        f.write("nul \0 in text")
+    assert info.value.errno == errno.EILSEQ
+    assert versions(env.service, env.rw_id) == before
+    assert env.paths() == ["/notes/todo.md"]
+    swap = env.rw / "notes" / ".todo.md.swp"
+    swap.write_bytes(b"b0VIM\0\xff\xfe\0")  # the swap file's own bytes, untouched
+    assert swap.read_bytes() == b"b0VIM\0\xff\xfe\0"
+    swap.unlink()
+    assert versions(env.service, env.rw_id) == before
 
 
 def test_names_are_nfc_on_every_face(env: Env) -> None:

@@ -6,6 +6,7 @@ carried down to the SQL, so no layer decodes, checks or hashes it again.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from mnemofs import limits
@@ -60,3 +61,19 @@ class Content:
         if "\x00" in text:
             raise InvalidContent(f"content contains a NUL character at {text.index(chr(0))}")
         return cls(text, hashlib.sha256(data).hexdigest(), len(data))
+
+
+# A NUL (content is text without one) and the bytes UTF-8 never uses: 0xC0 and 0xC1 (they
+# could only begin an overlong form) and 0xF5-0xFF (beyond U+10FFFF, or no lead byte at all).
+_NEVER_IN_TEXT = re.compile(rb"[\x00\xc0\xc1\xf5-\xff]")
+
+
+def never_text(data: bytes) -> int | None:
+    """Where ``data`` holds a byte no memory content can hold, wherever it ends up in the
+    file (a NUL, or one that valid UTF-8 never has); None if it has none. Part of a file's
+    bytes can be decided this far; whether they are valid UTF-8 waits for the whole file."""
+    if data.isascii():
+        found = data.find(0)
+        return None if found < 0 else found
+    match = _NEVER_IN_TEXT.search(data)
+    return None if match is None else match.start()

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 from mnemofs import limits
-from mnemofs.content import Content
+from mnemofs.content import Content, never_text
 from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.fs.nodes import (
     CONTENT_CACHE_BYTES,
@@ -191,6 +191,8 @@ class FilesMixin(TreeBase):
             node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
             own = "" if cap == limits.MAX_CONTENT_BYTES else " (the store's own cap)"
             raise FsError(errno.EFBIG, f"{self.path(node)!r} would be {end} bytes, over {cap}{own}")
+        if not node.temporary:  # (a temporary file may hold anything: it is never saved)
+            self._refuse_what_is_never_text(node, handle, offset, data)
         if offset > len(buf):
             buf.extend(b"\0" * (offset - len(buf)))
         buf[offset:end] = data
@@ -200,6 +202,28 @@ class FilesMixin(TreeBase):
         handle.wrote = True
         node.mtime_ns = node.ctime_ns = _now_ns()
         return len(data)
+
+    def _refuse_what_is_never_text(
+        self, node: Node, handle: Handle, offset: int, data: bytes
+    ) -> None:
+        """``EILSEQ`` at the ``write`` that puts a NUL, or a byte UTF-8 never has, into a file
+        (the close would refuse the content anyway, and a shell reports a failed write, not a
+        failed close); so does one past the end, which would pad the file with NULs. As with
+        ``EFBIG``, the file is not saved at close either: the previous version stays."""
+        assert node.file is not None
+        size = len(node.file.data)
+        bad = never_text(data)
+        if offset <= size and bad is None:
+            return
+        node.file.failed = errno.EILSEQ
+        node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
+        if bad is None:
+            why = f"a write at {offset}, past its end ({size} bytes), would pad it with NULs"
+        else:
+            why = f"its byte {offset + bad} would be {data[bad : bad + 1]!r}"
+        raise FsError(
+            errno.EILSEQ, f"{self.path(node)!r}: {why}; content is UTF-8 text without NUL"
+        )
 
     def flush(self, fh: int) -> None:
         """A close(). Saves what this descriptor wrote. One that only created or truncated the
