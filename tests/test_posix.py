@@ -82,6 +82,22 @@ def test_bytes_that_are_never_text_fail_the_write_a_shell_reports(env: Env) -> N
     assert versions(env.service, env.rw_id) == before
 
 
+def test_a_temporary_file_a_real_name_refuses_stays_as_it_was(env: Env) -> None:
+    """A temporary file renamed to a real name is saved then; when that save is refused (here
+    a NUL), the rename fails and the temporary file is still there, every byte of it."""
+    notes = env.rw / "notes"
+    before = versions(env.service, env.rw_id)
+    (notes / "page.md.tmp").write_bytes(b"downloaded\0page")
+    assert errno_of(os.rename, notes / "page.md.tmp", notes / "page.md") == errno.EILSEQ
+    assert (notes / "page.md.tmp").read_bytes() == b"downloaded\0page"
+    assert not (notes / "page.md").exists()
+    assert sorted(os.listdir(notes)) == ["page.md.tmp", "todo.md"]
+    (notes / "page.md.tmp").write_bytes(b"downloaded page\n")  # mended: now it can be saved
+    os.rename(notes / "page.md.tmp", notes / "page.md")
+    assert env.memory("/notes/page.md").content == "downloaded page\n"
+    assert len(versions(env.service, env.rw_id)) == len(before) + 1
+
+
 def test_names_are_nfc_on_every_face(env: Env) -> None:
     """A name spelled in NFD is refused (EILSEQ) rather than stored as a second memory that
     looks the same; the NFC spelling works, and is what the CLI and the API find."""

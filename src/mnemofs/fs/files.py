@@ -257,8 +257,10 @@ class FilesMixin(TreeBase):
                 node.file = None
                 self._forget_node(node)
 
-    def save(self, node: Node) -> None:
-        """Save a dirty buffer as one version (see the module docstring for what may fail)."""
+    def save(self, node: Node, *, undo: bool = True) -> None:
+        """Save a dirty buffer as one version (see the module docstring for what may fail).
+        A save that fails puts the file back as it was saved (a new file goes), unless
+        ``undo`` is False: then the buffer stays as it is, dirty, for the caller to keep."""
         of = node.file
         if of is None or not of.dirty or node.unlinked or node.temporary or node.mount is None:
             return
@@ -280,7 +282,8 @@ class FilesMixin(TreeBase):
             if created:
                 mount.count += 1
         except (MnemofsError, FsError):
-            self._undo_failed_save(node)
+            if undo:
+                self._undo_failed_save(node)
             raise
         of.dirty = of.unknown = False
         self._apply_memory(node, memory)

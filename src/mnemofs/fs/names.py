@@ -7,7 +7,7 @@ import time
 from contextlib import suppress
 
 from mnemofs.content import Content
-from mnemofs.errors import NotFound
+from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.fs.files import FilesMixin
 from mnemofs.fs.history import HISTORY
 from mnemofs.fs.nodes import (
@@ -122,12 +122,19 @@ class NamesMixin(FilesMixin):
                 keep_directory=True,
             )
             self._apply_memory(node, memory)
+        was = (node.parent or self.root, node.name)
         self._move(node, dst_dir, new_name)
         if node.temporary and not TEMP_NAME.match(new_name):
             node.temporary = False  # a real name now: save it like any file
             if node.file is not None and node.file.opens == 0:
                 try:
-                    self.save(node)
+                    self.save(node, undo=False)
+                except (MnemofsError, FsError):
+                    # The rename fails, and the file stays what it was, where the kernel
+                    # still has it: a temporary file under its own name, every byte kept.
+                    node.temporary = True
+                    self._move(node, *was)
+                    raise
                 finally:
                     self._drop_clean_buffer(node)
 
