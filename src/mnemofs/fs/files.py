@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Iterator
+from typing import NoReturn
 
 from mnemofs import limits
 from mnemofs.content import Content, never_text
@@ -187,10 +188,9 @@ class FilesMixin(TreeBase):
         end = offset + len(data)
         cap = limits.MAX_CONTENT_BYTES if node.mount is None else node.mount.max_bytes
         if end > cap:
-            node.file.failed = errno.EFBIG
-            node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
             own = "" if cap == limits.MAX_CONTENT_BYTES else " (the store's own cap)"
-            raise FsError(errno.EFBIG, f"{self.path(node)!r} would be {end} bytes, over {cap}{own}")
+            why = f"{self.path(node)!r} would be {end} bytes, over {cap}{own}"
+            self._refuse_write(node, handle, errno.EFBIG, why)
         if not node.temporary:  # (a temporary file may hold anything: it is never saved)
             self._refuse_what_is_never_text(node, handle, offset, data)
         if offset > len(buf):
@@ -215,15 +215,19 @@ class FilesMixin(TreeBase):
         bad = never_text(data)
         if offset <= size and bad is None:
             return
-        node.file.failed = errno.EILSEQ
-        node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
         if bad is None:
             why = f"a write at {offset}, past its end ({size} bytes), would pad it with NULs"
         else:
             why = f"its byte {offset + bad} would be {data[bad : bad + 1]!r}"
-        raise FsError(
-            errno.EILSEQ, f"{self.path(node)!r}: {why}; content is UTF-8 text without NUL"
-        )
+        why = f"{self.path(node)!r}: {why}; content is UTF-8 text without NUL"
+        self._refuse_write(node, handle, errno.EILSEQ, why)
+
+    def _refuse_write(self, node: Node, handle: Handle, code: int, why: str) -> NoReturn:
+        """Refuse a write, and the file's save at close with it (the previous version stays)."""
+        assert node.file is not None
+        node.file.failed = code
+        node.file.dirty = handle.wrote = True  # this descriptor's close reports it too
+        raise FsError(code, why)
 
     def flush(self, fh: int) -> None:
         """A close(). Saves what this descriptor wrote. One that only created or truncated the
