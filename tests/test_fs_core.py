@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from mnemofs import errors
-from mnemofs.content import never_text
 from mnemofs.fs.adapter import errno_for
 from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Memory
@@ -276,21 +275,6 @@ def test_create_of_a_name_made_meanwhile_opens_it(fs: MemoryFs) -> None:
     assert stored(fs)["/a.md"] == "replaced"
     fs.mkdir(root.ino, "d")
     assert code(fs.create, root.ino, "d", exclusive=False) == errno.EISDIR
-
-
-def test_a_write_is_refused_for_exactly_the_bytes_no_text_holds() -> None:
-    """``never_text`` flags a byte iff no memory's UTF-8 can hold it: derived from UTF-8
-    itself (every scalar value but NUL, encoded), so a write is never refused for a byte that
-    a valid file could have, split as the writes may be."""
-    held = set()
-    for cp in range(1, 0x110000):
-        if not 0xD800 <= cp <= 0xDFFF:
-            held.update(chr(cp).encode())
-    assert {b for b in range(256) if never_text(bytes([b])) is not None} == set(range(256)) - held
-    assert never_text("plain, é, €, 😀\n".encode()) is None
-    assert never_text(b"abc\0") == 3  # an ASCII write looks for NUL alone
-    assert never_text("é".encode() + b"\xff") == 2
-    assert never_text("é".encode()[:1]) is None  # a character cut between two writes
 
 
 def test_append_lands_at_the_end_whatever_offset_the_kernel_says(fs: MemoryFs) -> None:
