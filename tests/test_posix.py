@@ -98,6 +98,22 @@ def test_a_temporary_file_a_real_name_refuses_stays_as_it_was(env: Env) -> None:
     assert len(versions(env.service, env.rw_id)) == len(before) + 1
 
 
+def test_a_refused_rename_over_a_file_not_yet_saved_keeps_both(env: Env) -> None:
+    """The same refused rename over a file still open and never saved: both names stay as they
+    were, and the target is saved when it is closed, as if nothing had happened."""
+    notes = env.rw / "notes"
+    (notes / "page.md.tmp").write_bytes(b"downloaded\0page")
+    fd = os.open(notes / "page.md", os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        assert errno_of(os.rename, notes / "page.md.tmp", notes / "page.md") == errno.EILSEQ
+        assert sorted(os.listdir(notes)) == ["page.md", "page.md.tmp", "todo.md"]
+        os.write(fd, b"written after\n")
+    finally:
+        os.close(fd)
+    assert (notes / "page.md.tmp").read_bytes() == b"downloaded\0page"
+    assert env.memory("/notes/page.md").content == "written after\n"
+
+
 def test_names_are_nfc_on_every_face(env: Env) -> None:
     """A name spelled in NFD is refused (EILSEQ) rather than stored as a second memory that
     looks the same; the NFC spelling works, and is what the CLI and the API find."""

@@ -141,10 +141,17 @@ class NamesMixin(FilesMixin):
     def _rename_over(self, mount: StoreMount, node: Node, target: Node) -> None:
         """``rename(node, target)``: the target keeps its id and takes node's content."""
         if target.memory_id is None:  # the target was never saved: plain replace
+            dst_dir, path = target.parent or self.root, self.path(target)
             self._detach(target)
-            self._rename_file(
-                mount, node, target.parent or self.root, target.name, self.path(target)
-            )
+            try:
+                self._rename_file(mount, node, dst_dir, target.name, path)
+            except BaseException:
+                # A failed rename changes neither name: the target (open, or temporary) is
+                # put back as it was, and saved at its close as if nothing had happened.
+                target.unlinked = False
+                self.nodes[target.ino] = target
+                set_child(dst_dir, target.name, target)
+                raise
             return
         self.save(node)  # an open, dirty source is saved first (temporary ones are not)
         data = bytes(node.file.data) if node.file is not None else self._content_of(node)
