@@ -74,7 +74,8 @@ def test_each_refusal_is_explained(env: Env) -> None:
             "AWS Access Key on line 1",
         ),
         (os.rename, (notes / "todo.md", fixed / "todo.md"), errno.EROFS, "notes/todo.md", ""),
-        (os.symlink, ("x", notes / "link"), errno.EPERM, "notes/link", "regular file"),
+        (os.symlink, ("x", notes / "link"), errno.EPERM, "notes/link  symlink", "regular file"),
+        (os.mkfifo, (notes / "fifo",), errno.EPERM, "notes/fifo  mknod", "regular file"),
         (os.mkdir, (notes / ".history" / "x",), errno.EROFS, "notes/.history/x", ".history"),
     ]
     for fn, args, code, where, words in cases:

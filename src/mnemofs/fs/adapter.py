@@ -366,22 +366,23 @@ class Adapter(pyfuse3.Operations):
 
     # -- refused and informational --------------------------------------------------------------
 
-    def _refuse_link(self, parent: int, name: bytes) -> None:
-        """EPERM: a memory is a regular file; EROFS first where nothing may change."""
+    def _refuse_link(self, parent: int, name: bytes, what: str) -> None:
+        """EPERM: a memory is a regular file; EROFS first where nothing may change. ``what``:
+        the call, as the refusal's line names it (a ``mkfifo`` is a ``mknod``)."""
         try:
-            self.fs.check_write(parent, "link", allowed=True)
+            self.fs.check_write(parent, what, allowed=True)
             raise FsError(errno.EPERM, "a memory is a regular file: no links, devices or FIFOs")
         except Exception as exc:
-            raise self._refused(exc, "link", parent, name) from None
+            raise self._refused(exc, what, parent, name) from None
 
     async def link(self, inode: int, new_parent: int, new_name: bytes, ctx: Any) -> Any:
-        self._refuse_link(new_parent, new_name)
+        self._refuse_link(new_parent, new_name, "link")
 
     async def symlink(self, parent: int, name: bytes, target: bytes, ctx: Any) -> Any:
-        self._refuse_link(parent, name)
+        self._refuse_link(parent, name, "symlink")
 
     async def mknod(self, parent: int, name: bytes, mode: int, rdev: int, ctx: Any) -> Any:
-        self._refuse_link(parent, name)
+        self._refuse_link(parent, name, "mknod")
 
     async def readlink(self, inode: int, ctx: Any) -> bytes:
         raise pyfuse3.FUSEError(errno.EINVAL)
