@@ -447,10 +447,13 @@ def test_tar_and_rsync(env: Env, tmp_path: Path) -> None:
     assert not [p for p in env.paths() if "/." in p]  # no rsync temp file was left behind
 
 
-def test_vim_ex_mode_edit(env: Env) -> None:
+@pytest.mark.parametrize("swap", [["-n"], []], ids=["no-swap", "swap"])
+def test_vim_ex_mode_edit(env: Env, swap: list[str]) -> None:
+    """One version, on the file: vim's swap file and its probe of whether names are cut short
+    (``.todo.md.swx``, made and removed at once) leave nothing in the store."""
     target = env.rw / "notes" / "todo.md"
     result = subprocess.run(
-        ["vim", "-e", "-s", "-n", "-c", "%s/milk/coffee/", "-c", "wq", str(target)],
+        ["vim", "-e", "-s", *swap, "-c", "%s/milk/coffee/", "-c", "wq", str(target)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -160,7 +160,7 @@ TEMP_NAME = re.compile(
       | \.\#.*                       # Emacs lock / temp
       | \..+\.[A-Za-z0-9]{6}         # rsync, many atomic writers: .name.XXXXXX
       | 4913                         # vim's "can I write here" probe
-      | .*\.sw[a-p]                  # vim swap
+      | .*\.sw[a-px]                 # vim swap, and its .swx probe of short names
       | .*~                          # backups
       | .*\.(?:tmp|temp|new|part)    # explicit temporary suffixes
     )$""",
