@@ -395,6 +395,34 @@ def test_bad_input_is_a_4xx_in_the_wire_shape(api: Api) -> None:
     assert snapshot(api) == before
 
 
+def test_a_json_body_sent_as_a_form_says_what_to_send(api: Api) -> None:
+    """``curl -d '{...}'`` without ``-H 'content-type: application/json'`` sends the JSON as a
+    form: a 400 that names the header to send (not the framework's "valid dictionary"), and
+    nothing made. The same body with the header is a store."""
+    before = snapshot(api)
+    url = f"{api.server.url}/v1/memory_stores"
+    auth = ["-H", f"authorization: Bearer {api.key}"]
+    body = ["-d", '{"name": "Sent as a form"}']
+    done = subprocess.run(
+        ["curl", "-s", "-w", "\\n%{http_code}", *auth, *body, url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    reply, status = done.stdout.rsplit("\n", 1)
+    assert status == "400"
+    error = json.loads(reply)["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "content-type: application/json" in error["message"], error
+    assert "application/x-www-form-urlencoded" in error["message"], error
+    assert snapshot(api) == before
+    json_header = ["-H", "content-type: application/json"]
+    made = subprocess.run(
+        ["curl", "-s", *auth, *json_header, *body, url], capture_output=True, text=True, check=True
+    )
+    assert json.loads(made.stdout)["name"] == "Sent as a form"
+
+
 def raw_exchange(api: Api, head: bytes, chunks: list[bytes]) -> tuple[int, dict[str, Any]]:
     """Send a request by hand (the server may answer and close before all of it is sent) and
     read the answer."""

@@ -177,11 +177,28 @@ async def _on_invalid(request: Request, exc: Exception) -> Response:
     """The framework's validation errors, as the wire's 400 (never its default 422 shape).
     Each problem names where and what, never the value sent (it may be large, or a secret)."""
     assert isinstance(exc, RequestValidationError)
+    sent_as = _not_json(request)
+    if sent_as is not None and any(err.get("loc", ())[:1] == ("body",) for err in exc.errors()):
+        # What ``curl -d`` does without ``-H 'content-type: application/json'``: the body
+        # was never read as JSON, so what the framework says of it would only mislead.
+        message = f"the body must be JSON sent with content-type: application/json, not {sent_as}"
+        return error_reply(400, "invalid_request_error", message, _request_id(request))
     problems = []
     for err in exc.errors()[:5]:
         where = ".".join(str(part) for part in err.get("loc", ()))
         problems.append(f"{where}: {err.get('msg', 'invalid')}")
     return error_reply(400, "invalid_request_error", "; ".join(problems), _request_id(request))
+
+
+def _not_json(request: Request) -> str | None:
+    """The media type of a body the framework does not read as JSON (it does when the type
+    is missing, ``application/json`` or ``application/*+json``), else None."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if not media or media == "application/json":
+        return None
+    if media.startswith("application/") and media.endswith("+json"):
+        return None
+    return media[:100]
 
 
 async def _on_route(request: Request, exc: Exception) -> Response:
