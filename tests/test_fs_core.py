@@ -138,6 +138,30 @@ def test_temporary_files_stay_in_memory(fs: MemoryFs) -> None:
     assert [v.operation for v in fs.service.list_versions(fs.mounts[0].store_id)][:1] == ["created"]
 
 
+def test_a_refused_temporary_file_is_tried_again_once_it_changes(fs: MemoryFs) -> None:
+    """A temporary file the store refuses stays in memory, told once; when its bytes change
+    it is tried again, and saved if the store takes them now."""
+    root = store_root(fs)
+    node = write_file(fs, root, "page.md.tmp", b"half\0written")
+    later = 10**12  # long after the grace period
+    assert fs.promote_temporaries(now=later) == 0
+    assert fs.promote_temporaries(now=later) == 0
+    fh = fs.open(node.ino, write=False, truncate=False)
+    assert fs.read(fh, 0, 100) == b"half\0written"
+    fs.release(fh)
+    assert "/page.md.tmp" not in stored(fs)
+    lines = fs.notices.lines["refusals"]
+    assert len(lines) == 1, lines
+    assert "page.md.tmp  save as a memory: EILSEQ: " in lines[0], lines
+    fh = fs.open(node.ino, write=True, truncate=True)
+    fs.write(fh, 0, b"whole\n")
+    fs.flush(fh)
+    fs.release(fh)
+    assert fs.promote_temporaries(now=later) == 1
+    assert stored(fs)["/page.md.tmp"] == "whole\n"
+    assert len(fs.notices.lines["refusals"]) == 1
+
+
 def test_rename_over_and_directories(fs: MemoryFs) -> None:
     root = store_root(fs)
     target = fs.lookup(root.ino, "a.md")

@@ -98,6 +98,28 @@ def test_a_temporary_file_a_real_name_refuses_stays_as_it_was(env: Env) -> None:
     assert len(versions(env.service, env.rw_id)) == len(before) + 1
 
 
+def test_a_temporary_file_the_store_refuses_outlives_its_grace(env: Env) -> None:
+    """A temporary file left alone past its grace is saved as a memory. One the store refuses
+    (here the NUL of a swap file a crashed vim left) stays what it was, every byte of it, told
+    once in ``.mnemofs/refusals``; an unlink ends it as before. It vanished, unsaid."""
+    notes = env.rw / "notes"
+    before = versions(env.service, env.rw_id)
+    swap = notes / ".todo.md.swp"
+    swap.write_bytes(b"b0VIM 9.0\0\xff\xfe")
+    (notes / "draft.md.tmp").write_bytes(b"fine text\n")  # made after: promoted after it
+    assert wait_for(lambda: "/notes/draft.md.tmp" in env.paths(), timeout=10.0)
+    time.sleep(1.5)  # a later pass of the promotion, which must not say it again
+    assert sorted(os.listdir(notes)) == [".todo.md.swp", "draft.md.tmp", "todo.md"]
+    assert swap.read_bytes() == b"b0VIM 9.0\0\xff\xfe"
+    refusals = (env.root / ".mnemofs" / "refusals").read_text().splitlines()
+    assert len(refusals) == 1, refusals
+    assert "agent-notes/notes/.todo.md.swp  save as a memory: EILSEQ: " in refusals[0]
+    assert "kept in memory" in refusals[0]
+    swap.unlink()
+    assert sorted(os.listdir(notes)) == ["draft.md.tmp", "todo.md"]
+    assert versions(env.service, env.rw_id) == [("created", "/notes/draft.md.tmp"), *before]
+
+
 def test_a_refused_rename_over_a_file_not_yet_saved_keeps_both(env: Env) -> None:
     """The same refused rename over a file still open and never saved: both names stay as they
     were, and the target is saved when it is closed, as if nothing had happened."""

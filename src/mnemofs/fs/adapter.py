@@ -19,6 +19,7 @@ import trio
 from mnemofs import errors, limits
 from mnemofs.fs.access import Owner
 from mnemofs.fs.core import ROOT_INO, FsError, Invalidation, MemoryFs, Node
+from mnemofs.fs.nodes import errno_for
 from mnemofs.paths import decode_name
 
 log = logging.getLogger("mnemofs.fs")
@@ -29,33 +30,6 @@ log = logging.getLogger("mnemofs.fs")
 # At 1 s, every phase of a workload longer than a second looked each file up again.
 TIMEOUT_S = 60.0
 XATTRS = (b"user.mnemofs.memory_id", b"user.mnemofs.version_id", b"user.mnemofs.sha256")
-
-# Most specific first: the errno a filesystem caller sees for each domain error.
-_ERRNOS: tuple[tuple[type[Exception], int], ...] = (
-    (errors.ContentTooLarge, errno.EFBIG),
-    (errors.StoreFull, errno.ENOSPC),
-    (errors.LimitExceeded, errno.ENOSPC),
-    (errors.InvalidContent, errno.EILSEQ),
-    (errors.InvalidName, errno.EILSEQ),
-    (errors.SecretDetected, errno.EACCES),
-    (errors.NameTooLong, errno.ENAMETOOLONG),
-    (errors.InvalidRequest, errno.EINVAL),
-    (errors.NotFound, errno.ENOENT),
-    (errors.Conflict, errno.EEXIST),
-    (errors.PreconditionFailed, errno.EBUSY),
-    (errors.StoreArchived, errno.EROFS),
-    (errors.AccessRevoked, errno.EACCES),
-    (errors.Unavailable, errno.EIO),
-)
-
-
-def errno_for(exc: Exception) -> int:
-    if isinstance(exc, FsError):
-        return exc.errno
-    for kind, code in _ERRNOS:
-        if isinstance(exc, kind):
-            return code
-    return errno.EIO
 
 
 def fuse_error(exc: Exception, what: str) -> pyfuse3.FUSEError:

@@ -18,7 +18,8 @@ How files become versions
 - Temporary files (names like ``sedAbC123``, ``tmpk2j4_x9a``, ``x.tmp``, ``.#x``, ``x~``; see
   ``TEMP_NAME``) are kept in memory: renamed over an existing file they become one version of
   that file, unlinked they leave nothing, and left alone they are saved as ordinary memories
-  after ``TEMP_GRACE_S`` (or at unmount). They never count toward the store's limit.
+  after ``TEMP_GRACE_S`` (or at unmount); one the store refuses stays as it is, in memory,
+  until its bytes change. They never count toward the store's limit.
 - A file created through this mount and renamed over another within ``FOLD_WINDOW_S`` is
   folded: the target takes its content as one version and the new file's own history is
   dropped, so ``write tmp; rename tmp target`` leaves exactly one version whatever the name.

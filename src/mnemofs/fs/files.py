@@ -5,13 +5,14 @@ the rules for temporary files (see ``core.py`` for the whole story).
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from collections.abc import Iterator
 from typing import NoReturn
 
 from mnemofs import limits
 from mnemofs.content import Content, never_text
-from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.errors import MnemofsError, NotFound, Unavailable
 from mnemofs.fs.nodes import (
     CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
@@ -23,9 +24,12 @@ from mnemofs.fs.nodes import (
     OpenFile,
     StoreMount,
     _now_ns,
+    errno_for,
 )
 from mnemofs.fs.tree import TreeBase
 from mnemofs.paths import TEMP_NAME
+
+log = logging.getLogger("mnemofs.fs")
 
 
 class FilesMixin(TreeBase):
@@ -417,15 +421,35 @@ class FilesMixin(TreeBase):
                 continue
             if node.mount is not None and self._store_full(node.mount):
                 continue  # still not counted; tried again later
+            if node.refused is not None and node.refused == hash(bytes(node.file.data)):
+                continue  # refused as it is: tried again once it changes
             node.temporary = False
-            self.temporaries.discard(node)
             try:
-                self.save(node)
-            except (MnemofsError, FsError):
+                self.save(node, undo=False)
+            except (MnemofsError, FsError) as exc:
+                node.temporary = True
+                if not isinstance(exc, Unavailable):  # else tried again at the next pass
+                    self._keep_refused(node, exc)
                 continue
+            self.temporaries.discard(node)
             saved += 1
             self._drop_clean_buffer(node)
         return saved
+
+    def _keep_refused(self, node: Node, exc: MnemofsError | FsError) -> None:
+        """A temporary file the store will not take as a memory (bytes no text holds, a
+        credential, over a cap) stays what it was, a temporary file in memory: a rename, an
+        unlink or the unmount ends it. Said once; tried again once its bytes change."""
+        assert node.file is not None
+        node.refused = hash(bytes(node.file.data))
+        where = self.where(node)
+        code = errno_for(exc)
+        reason = f"{exc.message}; kept in memory until renamed, removed or unmounted"
+        log.warning("%s: not saved as a memory (%s): %s", where, errno.errorcode[code], reason)
+        self.note_refusal("save as a memory", where, code, reason)
+
+    def note_refusal(self, what: str, where: str, code: int, reason: str) -> None:
+        """A change refused with errno ``code``; ``.mnemofs/refusals`` says it (notices.py)."""
 
     def statfs(self) -> tuple[int, int, int, int]:
         """(blocks, free blocks, files, free files) in 4 KiB blocks, from the store limits."""

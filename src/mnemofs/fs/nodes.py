@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from mnemofs import errors
 from mnemofs.models import StoreId
 
 ROOT_INO = 1
@@ -32,6 +34,34 @@ class FsError(Exception):
         super().__init__(message)
         self.errno = code
         self.message = message
+
+
+# Most specific first: the errno a filesystem caller sees for each domain error.
+_ERRNOS: tuple[tuple[type[Exception], int], ...] = (
+    (errors.ContentTooLarge, errno.EFBIG),
+    (errors.StoreFull, errno.ENOSPC),
+    (errors.LimitExceeded, errno.ENOSPC),
+    (errors.InvalidContent, errno.EILSEQ),
+    (errors.InvalidName, errno.EILSEQ),
+    (errors.SecretDetected, errno.EACCES),
+    (errors.NameTooLong, errno.ENAMETOOLONG),
+    (errors.InvalidRequest, errno.EINVAL),
+    (errors.NotFound, errno.ENOENT),
+    (errors.Conflict, errno.EEXIST),
+    (errors.PreconditionFailed, errno.EBUSY),
+    (errors.StoreArchived, errno.EROFS),
+    (errors.AccessRevoked, errno.EACCES),
+    (errors.Unavailable, errno.EIO),
+)
+
+
+def errno_for(exc: Exception) -> int:
+    if isinstance(exc, FsError):
+        return exc.errno
+    for kind, code in _ERRNOS:
+        if isinstance(exc, kind):
+            return code
+    return errno.EIO
 
 
 @dataclass(eq=False)
@@ -87,6 +117,9 @@ class Node:
     file: OpenFile | None = None
     temporary: bool = False  # a temp-named file kept in memory (see the module docstring)
     temp_since: float = 0.0
+    # A temporary file whose save as a memory the store refused: the hash of those bytes
+    # (``FilesMixin._keep_refused``); not tried again while they are the same.
+    refused: int | None = None
     born: float = 0.0  # when this mount created it (0: it came from the store)
     unlinked: bool = False
     # The kernel's page cache for this file may hold bytes that are not the saved content (a
