@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mnemofs import errors
+from mnemofs import errors, limits
 from mnemofs.fs.adapter import errno_for
 from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Memory
@@ -159,6 +159,13 @@ def test_a_refused_temporary_file_is_tried_again_once_it_changes(fs: MemoryFs) -
     fs.release(fh)
     assert fs.promote_temporaries(now=later) == 1
     assert stored(fs)["/page.md.tmp"] == "whole\n"
+    assert len(fs.notices.lines["refusals"]) == 1
+    # One whose write was refused (and told to its writer) goes, as a new file does.
+    _, fh = fs.create(root.ino, "big.md.tmp")
+    assert code(fs.write, fh, 0, b"x" * (limits.MAX_CONTENT_BYTES + 1)) == errno.EFBIG
+    fs.release(fh)
+    assert fs.promote_temporaries(now=later) == 0
+    assert "big.md.tmp" not in root.children
     assert len(fs.notices.lines["refusals"]) == 1
 
 

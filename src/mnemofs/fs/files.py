@@ -423,10 +423,16 @@ class FilesMixin(TreeBase):
                 continue  # still not counted; tried again later
             if node.refused is not None and node.refused == hash(bytes(node.file.data)):
                 continue  # refused as it is: tried again once it changes
+            # A write to it was refused (EFBIG), and said to the writer: it goes, as a new
+            # file does whose save fails. Else a refusal keeps it (``_keep_refused``).
+            poisoned = node.file.failed != 0
             node.temporary = False
             try:
-                self.save(node, undo=False)
+                self.save(node, undo=poisoned)
             except (MnemofsError, FsError) as exc:
+                if poisoned:
+                    self.temporaries.discard(node)
+                    continue
                 node.temporary = True
                 if not isinstance(exc, Unavailable):  # else tried again at the next pass
                     self._keep_refused(node, exc)
