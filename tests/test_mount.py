@@ -469,6 +469,55 @@ def test_vim_ex_mode_edit(env: Env, swap: list[str]) -> None:
     ]
 
 
+def test_a_full_disk_is_enospc_and_keeps_what_was_saved(tmp_path: Path) -> None:
+    """The database on a disk that fills up (a small tmpfs): the save that finds no room
+    fails its close with ENOSPC, not EIO, and says so in ``.mnemofs/refusals`` (the database's
+    disk, not the store, is full); that new file goes, every earlier one stays as saved, and
+    once the disk has room again saves work again."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", disk], check=True)
+    try:
+        url = f"sqlite:///{disk / 'db.sqlite'}"
+        service = MemoryService(make_engine(url))
+        try:
+            store = service.create_store("Notes").id
+            session = service.create_session(
+                [{"memory_store_id": store}], mount_root=str(tmp_path / "mnt")
+            )
+            with mounted(url, session.id, tmp_path / "mnt"):
+                notes = tmp_path / "mnt" / "notes"
+                saved: dict[str, str] = {}
+                failed = 0
+                for i in range(2000):
+                    text = f"note {i}: " + " ".join(f"w{i}x{j}" for j in range(500)) + "\n"
+                    try:
+                        (notes / f"f{i}.md").write_text(text)
+                    except OSError as exc:
+                        failed = exc.errno or 0
+                        break
+                    saved[f"/f{i}.md"] = text
+                assert failed == errno.ENOSPC
+                assert len(saved) > 5
+                newest = (tmp_path / "mnt" / ".mnemofs" / "refusals").read_text().splitlines()[0]
+                assert f"notes/f{len(saved)}.md  save at close: ENOSPC: " in newest, newest
+                assert "the database's disk is full" in newest, newest
+                assert "the store is full" not in newest, newest
+                assert sorted(os.listdir(notes)) == sorted(p[1:] for p in saved)
+                subprocess.run(["mount", "-o", "remount,size=64m", disk], check=True)
+                (notes / "after.md").write_text("room again\n")
+                saved["/after.md"] = "room again\n"
+                assert {
+                    m.path: service.get_memory(store, m.id).content
+                    for m in service.list_memories(store)
+                    if isinstance(m, Memory)
+                } == saved
+        finally:
+            service.close()
+    finally:
+        subprocess.run(["umount", "-l", disk], check=False)
+
+
 def test_other_user_through_allow_other(tmp_path: Path) -> None:
     db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     engine = make_engine(db_url)

@@ -15,7 +15,7 @@ import pytest
 from psycopg import pq
 
 from mnemofs.content import Content
-from mnemofs.errors import Conflict, Unavailable
+from mnemofs.errors import Conflict, StorageFull, Unavailable
 from mnemofs.store import MemoryService
 from mnemofs.store.tx import Tx
 
@@ -84,6 +84,27 @@ def test_a_failed_statement_rolls_back_all_the_transaction_sent(service: MemoryS
     assert service.list_memories(store, depth=1).data == []
     service.make_directory(store, "/y")  # the connection goes on
     assert [p.path for p in service.list_memories(store, depth=1).data] == ["/y/"]
+
+
+def test_a_full_disk_is_storage_full(service: MemoryService) -> None:
+    """The server's ``disk_full`` (as a write that cannot extend its file gets) is
+    ``StorageFull``, which a mount says as ENOSPC; nothing the transaction sent is kept and the
+    connection goes on."""
+    store = service.create_store("Full").id
+    before = service.get_store(store)
+
+    def no_room(tx: Tx) -> None:
+        tx.run("UPDATE memory_stores SET description = 'changed' WHERE id = :id", {"id": store})
+        tx.run(
+            "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'disk_full', "
+            "MESSAGE = 'could not extend file: No space left on device'; END $$"
+        )
+
+    with pytest.raises(StorageFull, match="the database's disk is full: could not extend"):
+        service.db.run(no_room, write=True)
+    assert _idle(service)
+    assert service.get_store(store) == before
+    service.make_directory(store, "/y")
 
 
 def test_a_refusal_after_the_lookups_leaves_nothing(service: MemoryService) -> None:

@@ -67,6 +67,11 @@ class Unavailable(MnemofsError):
     type = "unavailable"
 
 
+class StorageFull(Unavailable):
+    """The database has no room left (its disk is full); nothing was changed by the failed
+    call. A filesystem says ENOSPC."""
+
+
 class AccessRevoked(Unavailable):
     """The server refused the credential (a revoked token, an ended session): nothing through
     it will work again. A filesystem says EACCES."""

@@ -20,6 +20,7 @@ from mnemofs import errors, limits
 from mnemofs.fs.access import Owner
 from mnemofs.fs.core import ROOT_INO, FsError, Invalidation, MemoryFs, Node
 from mnemofs.fs.nodes import errno_for
+from mnemofs.fs.notices import DISK_FULL_HINT
 from mnemofs.paths import decode_name
 
 log = logging.getLogger("mnemofs.fs")
@@ -78,7 +79,8 @@ class Adapter(pyfuse3.Operations):
                     "utf-8", "backslashreplace"
                 )
             reason = getattr(exc, "message", None) or "an internal error (see the mount's log)"
-            self.fs.note_refusal(what, where, error.errno, reason)
+            hint = DISK_FULL_HINT if isinstance(exc, errors.StorageFull) else None
+            self.fs.note_refusal(what, where, error.errno, reason, hint)
         except Exception:  # a note must never change what the caller gets
             log.debug("could not note a refusal", exc_info=True)
         return error

@@ -454,7 +454,9 @@ class FilesMixin(TreeBase):
         log.warning("%s: not saved as a memory (%s): %s", where, errno.errorcode[code], reason)
         self.note_refusal("save as a memory", where, code, reason)
 
-    def note_refusal(self, what: str, where: str, code: int, reason: str) -> None:
+    def note_refusal(
+        self, what: str, where: str, code: int, reason: str, hint: str | None = None
+    ) -> None:
         """A change refused with errno ``code``; ``.mnemofs/refusals`` says it (notices.py)."""
 
     def statfs(self) -> tuple[int, int, int, int]:

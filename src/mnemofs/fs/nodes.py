@@ -51,6 +51,7 @@ _ERRNOS: tuple[tuple[type[Exception], int], ...] = (
     (errors.PreconditionFailed, errno.EBUSY),
     (errors.StoreArchived, errno.EROFS),
     (errors.AccessRevoked, errno.EACCES),
+    (errors.StorageFull, errno.ENOSPC),
     (errors.Unavailable, errno.EIO),
 )
 

@@ -40,6 +40,8 @@ HINTS = {
     errno.EIO: "the database or server could not be reached: try again shortly",
     errno.ENOTEMPTY: "remove what is inside first",
 }
+# ENOSPC for a database's full disk, not a full store.
+DISK_FULL_HINT = "nothing was saved: the database's disk needs room (tell whoever runs it)"
 # Not refusals worth a line: lookups that probe, `mkdir -p` on what exists.
 QUIET = frozenset({errno.ENOENT, errno.EEXIST, errno.EBADF})
 
@@ -70,12 +72,15 @@ class NoticesMixin(FilesMixin):
             self._notices = folder
         return self._notices
 
-    def note_refusal(self, what: str, where: str, code: int, reason: str) -> None:
-        """A change this mount refused (the adapter calls this with the errno it returns)."""
+    def note_refusal(
+        self, what: str, where: str, code: int, reason: str, hint: str | None = None
+    ) -> None:
+        """A change this mount refused (the adapter calls this with the errno it returns);
+        ``hint`` for another than the errno's usual one."""
         if code in QUIET:
             return
         name = errno.errorcode.get(code, str(code))
-        hint = HINTS.get(code)
+        hint = hint or HINTS.get(code)
         line = f"{stamp()}  {where}  {what}: {name}: {reason}" + (f" -> {hint}" if hint else "")
         self.notices.add("refusals", line)
 

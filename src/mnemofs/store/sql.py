@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
-from mnemofs.errors import Unavailable
+from mnemofs.errors import StorageFull, Unavailable
 from mnemofs.store.engine import Engine
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
@@ -120,7 +120,7 @@ class Database:
             conn.cursor().execute("SELECT 1").fetchall()
         except self._driver_error as exc:
             self._mark_down(_first_line(exc))
-            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+            raise _failure(exc) from exc
         finally:
             with suppress(Exception):
                 conn.close()
@@ -176,7 +176,7 @@ class Database:
         try:
             return int(cursor.execute("PRAGMA data_version").fetchone()[0])
         except self._driver_error as exc:
-            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+            raise _failure(exc) from exc
         finally:
             cursor.close()
 
@@ -245,7 +245,7 @@ class Database:
             cut = force or wal.idle()
             wal.rewind(self._connection(), cut=cut, prime=not cut and wal.due_by_time())
         except self._driver_error as exc:
-            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+            raise _failure(exc) from exc
         wal.passed()
 
     def clear_wal(self, timeout_s: float = ERASE_WAIT_S) -> bool:
@@ -260,7 +260,7 @@ class Database:
             try:
                 done = wal.rewind(conn, cut=True)
             except self._driver_error as exc:
-                raise Unavailable(f"database error: {_first_line(exc)}") from exc
+                raise _failure(exc) from exc
             if done:
                 return True
             if time.monotonic() >= deadline:
@@ -290,7 +290,7 @@ class Database:
             finally:
                 conn.close()
         except self._driver_error as exc:
-            raise Unavailable(f"database error: {_first_line(exc)}") from exc
+            raise _failure(exc) from exc
 
     def listener(self, channel: str) -> Listener | None:
         """A connection that hears ``NOTIFY channel`` (PostgreSQL); None elsewhere."""
@@ -409,7 +409,7 @@ class Database:
                 if once:
                     if broken:
                         self._discard()
-                    raise Unavailable(f"database error: {_first_line(exc)}") from exc
+                    raise _failure(exc) from exc
                 if broken:
                     self._discard()
                     if committing:
@@ -422,7 +422,7 @@ class Database:
                         continue
                     self._mark_down(_first_line(exc))
                 if not transient or broken or attempt == _RETRIES - 1:
-                    raise Unavailable(f"database error: {_first_line(exc)}") from exc
+                    raise _failure(exc) from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
@@ -474,6 +474,17 @@ class Listener:
     def close(self) -> None:
         with suppress(Exception):
             self._conn.close()
+
+
+def _failure(exc: Exception) -> Unavailable:
+    """The domain error for a driver's error; a full disk is told as such (SQLite's
+    ``SQLITE_FULL``, PostgreSQL's ``disk_full``): retrying cannot help, and a mount says
+    ENOSPC, not EIO."""
+    if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL" or (
+        getattr(exc, "sqlstate", None) == "53100"
+    ):
+        return StorageFull(f"the database's disk is full: {_first_line(exc)}")
+    return Unavailable(f"database error: {_first_line(exc)}")
 
 
 def _first_line(exc: Exception) -> str:
