@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from mnemofs import errors, limits
+from mnemofs.fs import files
 from mnemofs.fs.adapter import errno_for
 from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Memory
@@ -136,6 +137,27 @@ def test_temporary_files_stay_in_memory(fs: MemoryFs) -> None:
     fs.promote_temporaries(now=10**12)  # long after the grace period
     assert stored(fs)["/tmpabcd1234"] == "kept"
     assert [v.operation for v in fs.service.list_versions(fs.mounts[0].store_id)][:1] == ["created"]
+
+
+def test_temporary_files_kept_unsaved_are_bounded(
+    fs: MemoryFs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temporary files that cannot be saved stay in memory only up to ``TEMP_KEPT_BYTES`` in
+    all (an agent could otherwise fill the daemon with them): the newest beyond it goes, and
+    that is said."""
+    monkeypatch.setattr(files, "TEMP_KEPT_BYTES", 100)
+    root = store_root(fs)
+    for name in ("a.tmp", "b.tmp", "c.tmp"):
+        write_file(fs, root, name, b"\0" * 40)  # bytes no memory holds
+    assert fs.promote_temporaries(now=10**12) == 0
+    assert sorted(n for n in root.children if n.endswith(".tmp")) == ["a.tmp", "b.tmp"]
+    lines = list(fs.notices.lines["refusals"])
+    assert len(lines) == 3, lines
+    assert "c.tmp  keep unsaved: ENOSPC: the store refused it (" in lines[0], lines
+    assert "MiB: removed -> remove temporary files" in lines[0], lines
+    assert all("save as a memory: EILSEQ" in line for line in lines[1:]), lines
+    fs.promote_temporaries(now=10**12)  # kept as they are: nothing more is said
+    assert len(fs.notices.lines["refusals"]) == 3
 
 
 def test_a_refused_temporary_file_is_tried_again_once_it_changes(fs: MemoryFs) -> None:

@@ -17,6 +17,8 @@ from mnemofs.fs.nodes import (
     CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
     TEMP_GRACE_S,
+    TEMP_KEPT_BYTES,
+    TEMP_KEPT_HINT,
     FsError,
     Handle,
     Invalidation,
@@ -406,9 +408,11 @@ class FilesMixin(TreeBase):
 
     def promote_temporaries(self, now: float | None = None) -> int:
         """Save temp-named files left alone for ``TEMP_GRACE_S`` as ordinary memories; how
-        many were saved."""
+        many were saved. One that cannot be saved yet (the store full, or refused as it is)
+        stays in memory, the oldest first, up to ``TEMP_KEPT_BYTES`` in all: past that, it
+        goes (``_drop_kept``), so no agent can fill the daemon's memory with them."""
         now = time.monotonic() if now is None else now
-        saved = 0
+        saved = kept = 0
         if self.service.unavailable is not None:
             return saved  # a failed save would drop them; they wait for the database
         for node in sorted(self.temporaries, key=lambda n: n.ino):  # in the order made
@@ -419,10 +423,18 @@ class FilesMixin(TreeBase):
                 continue
             if now - node.temp_since < TEMP_GRACE_S:
                 continue
+            size = len(node.file.data)
             if node.mount is not None and self._store_full(node.mount):
-                continue  # still not counted; tried again later
-            if node.refused is not None and node.refused == hash(bytes(node.file.data)):
-                continue  # refused as it is: tried again once it changes
+                why = "the store is full"  # still not counted; tried again later
+            elif node.refused is not None and node.refused == hash(bytes(node.file.data)):
+                why = "the store refused it"  # as it is: tried again once it changes
+            else:
+                why = ""
+            if why:
+                kept += size
+                if kept > TEMP_KEPT_BYTES:
+                    self._drop_kept(node, why)
+                continue
             # A write to it was refused (EFBIG), and said to the writer: it goes, as a new
             # file does whose save fails. Else a refusal keeps it (``_keep_refused``).
             poisoned = node.file.failed != 0
@@ -435,7 +447,11 @@ class FilesMixin(TreeBase):
                     continue
                 node.temporary = True
                 if not isinstance(exc, Unavailable):  # else tried again at the next pass
-                    self._keep_refused(node, exc)
+                    kept += size
+                    if kept > TEMP_KEPT_BYTES:
+                        self._drop_kept(node, f"the store refused it ({exc.message})")
+                    else:
+                        self._keep_refused(node, exc)
                 continue
             self.temporaries.discard(node)
             saved += 1
@@ -453,6 +469,19 @@ class FilesMixin(TreeBase):
         reason = f"{exc.message}; kept in memory until renamed, removed or unmounted"
         log.warning("%s: not saved as a memory (%s): %s", where, errno.errorcode[code], reason)
         self.note_refusal("save as a memory", where, code, reason)
+
+    def _drop_kept(self, node: Node, why: str) -> None:
+        """A temporary file that cannot be saved (``why``) and finds no room among those kept
+        in memory: it goes, as a new file whose save fails does, and that is said."""
+        where = self.where(node)
+        reason = (
+            f"{why}, and the temporary files this mount keeps unsaved already hold "
+            f"{TEMP_KEPT_BYTES // 2**20} MiB: removed"
+        )
+        log.warning("%s: %s", where, reason)
+        self.note_refusal("keep unsaved", where, errno.ENOSPC, reason, TEMP_KEPT_HINT)
+        self.temporaries.discard(node)
+        self._undo_failed_save(node)
 
     def note_refusal(
         self, what: str, where: str, code: int, reason: str, hint: str | None = None

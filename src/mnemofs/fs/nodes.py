@@ -16,6 +16,10 @@ ROOT_INO = 1
 
 
 TEMP_GRACE_S = 2.0
+# Temporary files past their grace that cannot be saved yet (the store full, or refused as they
+# are) stay in the daemon's memory up to this many bytes in all; the newest beyond it go.
+TEMP_KEPT_BYTES = 64 * 2**20
+TEMP_KEPT_HINT = "remove temporary files left behind, or save them under a name the store takes"
 
 
 FOLD_WINDOW_S = 300.0
