@@ -466,7 +466,7 @@ class FilesMixin(TreeBase):
         node.refused = hash(bytes(node.file.data))
         where = self.where(node)
         code = errno_for(exc)
-        reason = f"{exc.message}; kept in memory until renamed, removed or unmounted"
+        reason = f"{exc.message.rstrip('.')}; kept in memory until renamed, removed or unmounted"
         log.warning("%s: not saved as a memory (%s): %s", where, errno.errorcode[code], reason)
         self.note_refusal("save as a memory", where, code, reason)
 
