@@ -423,39 +423,36 @@ class FilesMixin(TreeBase):
                 continue
             if now - node.temp_since < TEMP_GRACE_S:
                 continue
-            size = len(node.file.data)
+            refusal: MnemofsError | FsError | None = None  # a save refused just now
             if node.mount is not None and self._store_full(node.mount):
                 why = "the store is full"  # still not counted; tried again later
             elif node.refused is not None and node.refused == hash(bytes(node.file.data)):
                 why = "the store refused it"  # as it is: tried again once it changes
             else:
-                why = ""
-            if why:
-                kept += size
-                if kept > TEMP_KEPT_BYTES:
-                    self._drop_kept(node, why)
-                continue
-            # A write to it was refused (EFBIG), and said to the writer: it goes, as a new
-            # file does whose save fails. Else a refusal keeps it (``_keep_refused``).
-            poisoned = node.file.failed != 0
-            node.temporary = False
-            try:
-                self.save(node, undo=poisoned)
-            except (MnemofsError, FsError) as exc:
-                if poisoned:
+                # A write to it was refused (EFBIG), and said to the writer: it goes, as a
+                # new file does whose save fails. Else a refusal keeps it (``_keep_refused``).
+                poisoned = node.file.failed != 0
+                node.temporary = False
+                try:
+                    self.save(node, undo=poisoned)
+                except (MnemofsError, FsError) as exc:
+                    if poisoned:
+                        self.temporaries.discard(node)
+                        continue
+                    node.temporary = True
+                    if isinstance(exc, Unavailable):
+                        continue  # tried again at the next pass
+                    why, refusal = f"the store refused it ({exc.message})", exc
+                else:
                     self.temporaries.discard(node)
+                    saved += 1
+                    self._drop_clean_buffer(node)
                     continue
-                node.temporary = True
-                if not isinstance(exc, Unavailable):  # else tried again at the next pass
-                    kept += size
-                    if kept > TEMP_KEPT_BYTES:
-                        self._drop_kept(node, f"the store refused it ({exc.message})")
-                    else:
-                        self._keep_refused(node, exc)
-                continue
-            self.temporaries.discard(node)
-            saved += 1
-            self._drop_clean_buffer(node)
+            kept += len(node.file.data)
+            if kept > TEMP_KEPT_BYTES:
+                self._drop_kept(node, why)
+            elif refusal is not None:
+                self._keep_refused(node, refusal)
         return saved
 
     def _keep_refused(self, node: Node, exc: MnemofsError | FsError) -> None:

@@ -61,6 +61,7 @@ _ERRNOS: tuple[tuple[type[Exception], int], ...] = (
 
 
 def errno_for(exc: Exception) -> int:
+    """The errno a filesystem caller gets for ``exc`` (EIO for anything unforeseen)."""
     if isinstance(exc, FsError):
         return exc.errno
     for kind, code in _ERRNOS:
