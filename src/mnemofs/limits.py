@@ -32,6 +32,12 @@ MAX_FULL_PAGE_LIMIT = 20
 MAX_REQUEST_OVERHEAD_BYTES = 64 * 1024
 """An HTTP request body may hold a content's worth of JSON-escaped text plus this much."""
 
+MAX_REQUEST_HEADER_BYTES = 64 * 1024
+"""An HTTP request's line and header fields together (431 over it)."""
+REQUEST_READ_TIMEOUT_S = 10.0
+"""An HTTP request's header must arrive whole this long after its first byte (or after the
+connection opens), and its body may pause no longer than this between reads (408)."""
+
 SERVE_CONNECTIONS = 8
 """PostgreSQL: store calls a ``mnemofs serve`` process makes at a time, so the database
 connections it holds for requests (each worker thread keeps one); ``--connections``."""

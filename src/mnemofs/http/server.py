@@ -4,7 +4,8 @@ uvicorn is the server: made for ASGI, kept by the same people as Starlette (whic
 built on), with HTTP/1.1 keep-alive through httptools, worker processes, and on SIGTERM or
 SIGINT a graceful shutdown (stop accepting, let requests in flight finish, then exit). Each
 worker makes its own engine from ``$MNEMOFS_DB`` (set from ``--db`` before the workers start),
-so the database URL never appears on a command line.
+so the database URL never appears on a command line. Each request is read within a time and
+a size (``protocol.BoundedProtocol``), so no client can hold a connection or grow the server.
 """
 
 from __future__ import annotations
@@ -95,5 +96,6 @@ def serve(
         access_log=False,
         server_header=False,
         proxy_headers=False,
+        http="mnemofs.http.protocol:BoundedProtocol",  # uvicorn's, with read timeouts and caps
         timeout_graceful_shutdown=GRACE_S,
     )

@@ -1,0 +1,174 @@
+"""What a client cannot make ``mnemofs serve`` hold: a connection it never uses, a header that
+never ends or never stops growing, a body that stops coming. Each is answered (408, 431) or
+closed within ``REQUEST_READ_TIMEOUT_S``, while other clients are served as usual."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, REQUEST_READ_TIMEOUT_S
+from mnemofs.store import MemoryService, make_engine
+
+from .served import serving
+
+GRACE_S = 10.0  # how much later than the timeout a refusal may come on a busy machine
+
+
+def _status(raw: bytes) -> int | None:
+    """The status of the response in ``raw``, or None for a connection closed without one."""
+    if not raw:
+        return None
+    return int(raw.split(b" ", 2)[1])
+
+
+def _body(raw: bytes) -> dict[str, object]:
+    return dict(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
+
+
+def _read_one(sock: socket.socket) -> bytes:
+    """One response with a ``content-length``, the connection left open."""
+    sock.settimeout(30)
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(65536)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes the connection."""
+    sock.settimeout(REQUEST_READ_TIMEOUT_S + GRACE_S + 30)
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bounds.db'}"
+    engine = make_engine(url, create=True)
+    service = MemoryService(engine, actor="cli")
+    key = service.create_api_key("tests").key
+    assert key is not None
+    store = service.create_store("Bounds").id
+    auth = f"authorization: Bearer {key}\r\n".encode()
+    post = f"POST /v1/memory_stores/{store}/memories HTTP/1.1\r\nhost: x\r\n".encode() + auth
+    note = json.dumps({"path": "/slow.md", "content": "written a piece at a time"}).encode()
+    results: dict[str, tuple[float, float, bytes]] = {}
+
+    with serving(url, tmp_path / "server.log") as server:
+        host, port = server.url.split("//")[1].split(":")
+        address = (host, int(port))
+
+        def exchange(name: str, steps: Callable[[socket.socket], None]) -> None:
+            with socket.create_connection(address) as sock:
+                started = time.monotonic()
+                steps(sock)
+                sent = time.monotonic()
+                raw = _read_all(sock)
+                # Seconds from the first step and from the last bytes sent to the close.
+                results[name] = (time.monotonic() - started, time.monotonic() - sent, raw)
+
+        def silent(sock: socket.socket) -> None:
+            pass
+
+        def half_header(sock: socket.socket) -> None:
+            sock.sendall(b"GET /v1/memory_stores HTTP/1.1\r\nhost: x\r\n" + auth)
+
+        def half_header_after_a_request(sock: socket.socket) -> None:
+            sock.sendall(b"GET /v1/memory_stores HTTP/1.1\r\nhost: x\r\n" + auth + b"\r\n")
+            first = _read_one(sock)
+            assert _status(first) == 200, first
+            time.sleep(1)  # inside the keep-alive timeout, which the next bytes stop
+            sock.sendall(b"GET /v1/memory_stores HTTP/1.1\r\n")
+
+        def endless_header(sock: socket.socket) -> None:
+            sock.sendall(b"GET /v1/memory_stores HTTP/1.1\r\nhost: x\r\nx-pad: ")
+            try:
+                for _ in range(64):  # 64 MiB, unless the server stops reading first
+                    sock.sendall(b"a" * (1 << 20))
+            except OSError:
+                pass  # refused and closed: what follows reads the answer
+
+        def stalled_body(sock: socket.socket) -> None:
+            head = b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(note)
+            sock.sendall(post + head + note[:10])
+
+        def stalled_chunks(sock: socket.socket) -> None:
+            head = b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            sock.sendall(post + head + b"a\r\n" + note[:10] + b"\r\n")
+
+        def slow_body(sock: socket.socket) -> None:
+            # Each pause shorter than the timeout, the whole longer: it is saved.
+            body = json.dumps({"path": "/slow.md", "content": "slow but steady"}).encode()
+            head = b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+            sock.sendall(post + head + b"connection: close\r\n\r\n")
+            pause = REQUEST_READ_TIMEOUT_S * 0.6
+            for piece in (body[:10], body[10:20], body[20:]):
+                time.sleep(pause)
+                sock.sendall(piece)
+
+        ways = {
+            "silent": silent,
+            "half_header": half_header,
+            "half_header_after_a_request": half_header_after_a_request,
+            "endless_header": endless_header,
+            "stalled_body": stalled_body,
+            "stalled_chunks": stalled_chunks,
+            "slow_body": slow_body,
+        }
+        threads = [threading.Thread(target=exchange, args=item) for item in ways.items()]
+        for thread in threads:
+            thread.start()
+        time.sleep(1)
+        # Meanwhile the server answers everyone else at once.
+        with socket.create_connection(address) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            assert _status(_read_all(sock)) == 200
+        for thread in threads:
+            thread.join()
+        log = server.lines()
+
+    assert set(results) == set(ways), "an exchange failed: see its thread's traceback"
+    late = REQUEST_READ_TIMEOUT_S + GRACE_S
+    _, elapsed, raw = results["silent"]
+    assert _status(raw) is None
+    assert REQUEST_READ_TIMEOUT_S - 1 <= elapsed <= late
+    for name in ("half_header", "half_header_after_a_request", "stalled_body", "stalled_chunks"):
+        _, elapsed, raw = results[name]
+        assert _status(raw) == 408, (name, raw)
+        assert REQUEST_READ_TIMEOUT_S - 1 <= elapsed <= late, (name, elapsed)
+        assert raw.count(b"HTTP/1.1 ") == 1, raw  # the app never answered as well
+        assert b"x-should-retry" not in raw.lower()  # a retry may well get through
+    assert "header did not arrive within" in str(_body(results["half_header"][2]))
+    assert "body paused for over" in str(_body(results["stalled_body"][2]))
+    _, elapsed, raw = results["endless_header"]
+    assert _status(raw) == 431, raw
+    error = _body(raw)["error"]
+    assert isinstance(error, dict)
+    assert error["type"] == "invalid_request_error"
+    assert str(MAX_REQUEST_HEADER_BYTES) in error["message"]
+    assert b"x-should-retry: false" in raw
+    assert elapsed < REQUEST_READ_TIMEOUT_S
+    elapsed, _, raw = results["slow_body"]
+    assert _status(raw) == 200, raw
+    assert elapsed > REQUEST_READ_TIMEOUT_S
+
+    # Only the slow but steady note was saved; each refusal is one warning line.
+    memories = list(service.list_memories(store, limit=10))
+    assert [(m.path, service.get_memory(store, m.id).content) for m in memories] == [
+        ("/slow.md", "slow but steady")
+    ]
+    warnings = [line for line in log if line.get("logger") == "mnemofs.http"]
+    assert sorted(line["status"] for line in warnings) == [408, 408, 408, 408, 431]
+    assert all("closed the connection of 127.0.0.1:" in line["message"] for line in warnings)
+    service.close()
+    engine.dispose()
