@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from mnemofs import limits
 from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService, make_engine
+from mnemofs.store.folders import FileIn
 
 from .mounted import Daemon, errno_of, mounted, run, versions, wait_for
 
@@ -467,6 +469,27 @@ def test_vim_ex_mode_edit(env: Env, swap: list[str]) -> None:
         ("modified", "/notes/todo.md"),
         ("created", "/notes/todo.md"),
     ]
+
+
+def test_mkdir_past_the_directory_limit_is_enospc(env: Env) -> None:
+    """A store keeps at most MAX_DIRECTORIES_PER_STORE directories: mkdir past it is ENOSPC
+    with a refusal line that says what to do, and works again once one is removed."""
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    room = most - len(env.service.explicit_directories(env.rw_id)) - 1
+    env.service.import_files(
+        env.rw_id, lambda: [FileIn(f"/dirs/{i:05}", directory=True) for i in range(room)]
+    )
+    assert wait_for(lambda: (env.rw / "dirs" / f"{room - 1:05}").exists(), timeout=10.0)
+    os.mkdir(env.rw / "last")
+    assert errno_of(os.mkdir, env.rw / "one-more") == errno.ENOSPC
+    assert not (env.rw / "one-more").exists()
+    newest = (env.root / ".mnemofs" / "refusals").read_text().splitlines()[0]
+    assert "one-more  mkdir: ENOSPC: " in newest, newest
+    assert f"keeps {most} directories of its own" in newest, newest
+    assert newest.endswith("-> remove empty directories with rmdir"), newest
+    os.rmdir(env.rw / "dirs" / "00000")
+    os.mkdir(env.rw / "one-more")
+    assert len(env.service.explicit_directories(env.rw_id)) == most
 
 
 def test_a_full_disk_is_enospc_and_keeps_what_was_saved(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mnemofs import errors
+from mnemofs import errors, limits
 from mnemofs.inotify import FileWatch
 from mnemofs.models import Memory
 from mnemofs.store import MemoryService, make_engine
+from mnemofs.store.folders import FileIn
 
 from .mounted import wait_for
 
@@ -272,3 +273,35 @@ def test_save_file_targets_the_memory_then_the_path_then_creates(
     assert list(service.list_versions(store_id)) == before
     assert service.get_store(store_id).memory_count == 3
     assert service.check(store_id).problems == []
+
+
+def test_a_store_keeps_a_bounded_number_of_directories(
+    service: MemoryService, store_id: str
+) -> None:
+    """mkdir in a loop grew the store and every mount's tree without end (~700 bytes of a
+    daemon's memory each). A store keeps at most MAX_DIRECTORIES_PER_STORE: the next mkdir is
+    refused with nothing written, an import skips it, and a delete that empties a directory
+    still deletes, without keeping the directory."""
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    made = service.import_files(
+        store_id, lambda: [FileIn(f"/d/{i:05}", directory=True) for i in range(most)]
+    )
+    assert {out.verdict for out in made} == {"created"}
+    before = service.explicit_directories(store_id)
+    assert len(before) == most
+
+    with pytest.raises(errors.StoreFull, match=f"keeps {most} directories .* '/one/more/'"):
+        service.make_directory(store_id, "/one/more")
+    [skipped] = service.import_files(store_id, lambda: [FileIn("/another", directory=True)])
+    assert skipped.verdict == "skipped"
+    assert f"keeps {most} directories" in skipped.reason
+    assert service.explicit_directories(store_id) == before
+
+    implied = service.create_memory(store_id, "/implied/last.md", "the only file here")
+    service.delete_memory(store_id, implied.id, keep_directory=True)
+    assert service.explicit_directories(store_id) == before  # not kept: no room
+    assert tree(service, store_id) == {}
+
+    service.remove_directory(store_id, "/d/00000")
+    assert service.make_directory(store_id, "/one/more").path == "/one/more/"
+    assert len(service.explicit_directories(store_id)) == most

@@ -300,6 +300,23 @@ def test_over_the_limit_is_refused(service: MemoryService, tmp_path: Path) -> No
     assert [s.id for s in service.list_stores()] == [sid]
 
 
+def test_over_the_directory_limit_is_refused(service: MemoryService, tmp_path: Path) -> None:
+    sid = service.create_store("Dirs").id
+    service.make_directory(sid, "/d0")
+    file = tmp_path / "dirs.jsonl"
+    export_file(service, sid, file)
+    head, store, directory, _end = lines_of(file)
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    made = json.loads(directory)
+    body = [head, store]
+    body += [json.dumps({**made, "path": f"/d{i:05}/"}) + "\n" for i in range(most + 1)]
+    end = {"record": "end", "directories": most + 1, "versions": 0, "memories": 0}
+    file.write_text("".join(body) + json.dumps(end) + "\n")
+    with pytest.raises(LimitExceeded, match=f"{most + 1} directories, over the limit of {most}"):
+        import_file(service, file, name="Many")
+    assert [s.id for s in service.list_stores()] == [sid]
+
+
 def mnemofs(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mnemofs", "--db", str(db), *args], capture_output=True, text=True

@@ -15,6 +15,10 @@ MAX_SEGMENT_BYTES = 255
 MAX_PATH_BYTES = 1_024
 MAX_PATH_SEGMENTS = 20
 
+MAX_DIRECTORIES_PER_STORE = 10_000
+"""Directories a store keeps as rows of their own: made by mkdir, or kept when the memories
+under them went. Directories implied by memories' paths do not count."""
+
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512

@@ -40,6 +40,8 @@ HINTS = {
     errno.EIO: "the database or server could not be reached: try again shortly",
     errno.ENOTEMPTY: "remove what is inside first",
 }
+# ...unless the refused call has one of its own.
+CALL_HINTS = {("mkdir", errno.ENOSPC): "remove empty directories with rmdir"}
 # ENOSPC for a database's full disk, not a full store.
 DISK_FULL_HINT = "nothing was saved: the database's disk needs room (tell whoever runs it)"
 # Not refusals worth a line: lookups that probe, `mkdir -p` on what exists.
@@ -80,7 +82,7 @@ class NoticesMixin(FilesMixin):
         if code in QUIET:
             return
         name = errno.errorcode.get(code, str(code))
-        hint = hint or HINTS.get(code)
+        hint = hint or CALL_HINTS.get((what, code)) or HINTS.get(code)
         line = f"{stamp()}  {where}  {what}: {name}: {reason}" + (f" -> {hint}" if hint else "")
         self.notices.add("refusals", line)
 

@@ -21,7 +21,13 @@ from mnemofs.errors import MnemofsError, PathConflict
 from mnemofs.paths import validate_path
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
-from mnemofs.store.rows import _MEMORY_COLS, _screen, utc_now
+from mnemofs.store.rows import (
+    _MEMORY_COLS,
+    _screen,
+    directories_full,
+    directories_kept,
+    utc_now,
+)
 from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import Tx
 
@@ -74,12 +80,13 @@ class FoldersMixin(ServiceBase):
                 cap = policy.max_memories
             outcomes: list[FileOut] = []
             created = 0
+            kept: list[int] = []  # the store's directories, counted at the first one's turn
             for item in files():
                 try:
                     if item.problem is not None:
                         raise _Skip(item.problem)
                     if item.directory:
-                        outcomes.append(self._keep_folder(tx, store_id, item.path))
+                        outcomes.append(self._keep_folder(tx, store_id, item.path, kept))
                         continue
                     path = validate_path(item.path)
                     content = Content.from_bytes(item.data or b"")
@@ -125,8 +132,9 @@ class FoldersMixin(ServiceBase):
         self.search_trail.wrote()
         return outcomes
 
-    def _keep_folder(self, tx: Tx, store_id: str, path: str) -> FileOut:
-        """An empty directory of the folder: an explicit directory of the store."""
+    def _keep_folder(self, tx: Tx, store_id: str, path: str, kept: list[int]) -> FileOut:
+        """An empty directory of the folder: an explicit directory of the store, if it has
+        room for one more (``kept``: how many it keeps, once counted)."""
         path = validate_path(path)
         prefix = path + "/"
         if tx.scalar(
@@ -140,6 +148,11 @@ class FoldersMixin(ServiceBase):
             if "is a directory" in exc.message:  # memories under it already: nothing to keep
                 return FileOut(prefix, "unchanged")
             raise
+        if not kept:
+            kept.append(directories_kept(tx, store_id))
+        if kept[0] >= limits.MAX_DIRECTORIES_PER_STORE:
+            raise directories_full(store_id, prefix)
+        kept[0] += 1
         tx.run(
             "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :now)",
             {"store": store_id, "path": prefix, "now": utc_now()},

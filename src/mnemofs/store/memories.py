@@ -52,6 +52,8 @@ from mnemofs.store.rows import (
     _precondition_hash,
     _screen,
     _validate_limit,
+    directory_room,
+    directory_room_guard,
     utc_now,
 )
 from mnemofs.store.searchmarks import MOVED_VECTOR
@@ -475,6 +477,7 @@ class MemoriesMixin(ServiceBase):
                 tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
                 tx.tell(store_id)
                 tx.guard(*free)
+                tx.guard(*directory_room_guard(store_id))
                 return insert(tx)
 
             with suppress(GuardFailed):
@@ -484,6 +487,7 @@ class MemoriesMixin(ServiceBase):
             lock, check = self._lock_only(tx, store_id), self._path_check(tx, store_id, path)
             lock()  # the check went out behind the lock: one round trip on PostgreSQL
             check()
+            directory_room(tx, store_id, prefix)
             return insert(tx)
 
         return self._write(run)

@@ -19,6 +19,7 @@ from mnemofs.errors import (
     InvalidRequest,
     PathConflict,
     SecretDetected,
+    StoreFull,
 )
 from mnemofs.models import (
     ON_FULL_POLICIES,
@@ -488,7 +489,7 @@ class _Assumed(NamedTuple):
         )
 
 
-def _as_saved(last: _Assumed, keep_directory: bool = False) -> tuple[str, dict[str, str]]:
+def _as_saved(last: _Assumed, keep_directory: bool = False) -> tuple[str, dict[str, Any]]:
     """``_AS_SAVED``'s parameters, the memory as ``last`` remembers it; with
     ``keep_directory``, also a writable CTE that keeps the directory it leaves (``""`` when
     that is the root) and its parameter."""
@@ -496,7 +497,8 @@ def _as_saved(last: _Assumed, keep_directory: bool = False) -> tuple[str, dict[s
     parent = parent_prefix(last.path)
     if not keep_directory or parent == ROOT:
         return "", params
-    return f", k AS ({_KEEP_DIRECTORY})", params | {"parent": parent}
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    return f", k AS ({_KEEP_DIRECTORY})", params | {"parent": parent, "most": most}
 
 
 def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, str]]:
@@ -544,14 +546,50 @@ def _path_verdict(
     return None
 
 
-_KEEP_DIRECTORY = (
-    "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :parent, :now) "
-    "ON CONFLICT DO NOTHING"
+# How many directories the store keeps, counted up to the limit only (an index range).
+_DIRECTORIES_KEPT = (
+    "SELECT count(*) FROM (SELECT 1 FROM directories WHERE store_id = :store LIMIT :most) AS d"
 )
 
 
+def directory_room_guard(store_id: str) -> tuple[str, dict[str, Any]]:
+    """A ``Tx.guard`` that the store keeps fewer directories than it may."""
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    return f"SELECT 1 / (:most - ({_DIRECTORIES_KEPT}))", {"store": store_id, "most": most}
+
+
+# Counted only when the row is not there yet: once per directory, not once per delete.
+_KEEP_DIRECTORY = (
+    "INSERT INTO directories (store_id, path, created_at) SELECT :store, :parent, :now "
+    "WHERE NOT EXISTS (SELECT 1 FROM directories WHERE store_id = :store AND path = :parent) "
+    f"AND ({_DIRECTORIES_KEPT}) < :most ON CONFLICT DO NOTHING"
+)
+
+
+def directories_full(store_id: str, path: str) -> StoreFull:
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    return StoreFull(
+        f"memory store {store_id} already keeps {most} directories of its own (made by mkdir, "
+        f"or kept when emptied), the limit; cannot make {path!r}"
+    )
+
+
+def directories_kept(tx: Tx, store_id: str) -> int:
+    """How many directories the store keeps, up to the most it may."""
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    return int(tx.scalar(_DIRECTORIES_KEPT, {"store": store_id, "most": most}))
+
+
+def directory_room(tx: Tx, store_id: str, path: str) -> None:
+    """Refuse (``StoreFull``) a directory the store has no room left to keep."""
+    if directories_kept(tx, store_id) >= limits.MAX_DIRECTORIES_PER_STORE:
+        raise directories_full(store_id, path)
+
+
 def keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
-    """Make the directory holding ``path`` explicit, so emptying it does not remove it."""
+    """Make the directory holding ``path`` explicit, so emptying it does not remove it; when
+    the store keeps as many directories as it may, it is not kept (and goes once empty)."""
     parent = parent_prefix(path)
     if parent != ROOT:
-        tx.run(_KEEP_DIRECTORY, {"store": store_id, "parent": parent, "now": now})
+        params = {"store": store_id, "parent": parent, "now": now}
+        tx.run(_KEEP_DIRECTORY, params | {"most": limits.MAX_DIRECTORIES_PER_STORE})

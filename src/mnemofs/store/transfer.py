@@ -198,6 +198,11 @@ class TransferMixin(ServiceBase):
                     phase = kind
                 writer.add(record)
             writer.flush()
+            if writer.directories > limits.MAX_DIRECTORIES_PER_STORE:
+                raise LimitExceeded(
+                    f"the export holds {writer.directories} directories, over the limit of "
+                    f"{limits.MAX_DIRECTORIES_PER_STORE} per store"
+                )
             if writer.memories > limits.MAX_MEMORIES_PER_STORE:
                 raise LimitExceeded(
                     f"the export holds {writer.memories} live memories, over the limit of "
@@ -254,6 +259,7 @@ class _Writer:
         self.pending: list[Any] = []
         self.memories = 0
         self.versions = 0
+        self.directories = 0
 
     def add(self, record: Record) -> None:
         self.pending.append(record)
@@ -274,6 +280,7 @@ class _Writer:
     def _directories(self, batch: list[DirectoryRecord]) -> None:
         for record in batch:
             check_directory(record)
+        self.directories += len(batch)
         self.tx.many(
             "INSERT INTO directories (store_id, path, created_at) VALUES (:store, :path, :at)",
             [{"store": self.store_id, "path": r.path, "at": r.created_at} for r in batch],
