@@ -106,6 +106,14 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
             head = b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
             sock.sendall(post + head + b"a\r\n" + note[:10] + b"\r\n")
 
+        def answered_early(sock: socket.socket) -> None:
+            # No credential: the 401 comes before the body, which never does.
+            head = b"POST /v1/memory_stores HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n"
+            sock.sendall(head + b"{")
+            assert _status(_read_one(sock)) == 401
+            time.sleep(1)  # inside the keep-alive timeout, which the next bytes stop
+            sock.sendall(b'"')
+
         def slow_body(sock: socket.socket) -> None:
             # Each pause shorter than the timeout, the whole longer: it is saved.
             body = json.dumps({"path": "/slow.md", "content": "slow but steady"}).encode()
@@ -123,6 +131,7 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
             "endless_header": endless_header,
             "stalled_body": stalled_body,
             "stalled_chunks": stalled_chunks,
+            "answered_early": answered_early,
             "slow_body": slow_body,
         }
         threads = [threading.Thread(target=exchange, args=item) for item in ways.items()]
@@ -158,6 +167,9 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
     assert str(MAX_REQUEST_HEADER_BYTES) in error["message"]
     assert b"x-should-retry: false" in raw
     assert elapsed < REQUEST_READ_TIMEOUT_S
+    _, elapsed, raw = results["answered_early"]
+    assert raw == b"", raw  # the 401 stands: no 408 after it
+    assert REQUEST_READ_TIMEOUT_S - 1 <= elapsed <= late
     elapsed, _, raw = results["slow_body"]
     assert _status(raw) == 200, raw
     assert elapsed > REQUEST_READ_TIMEOUT_S
@@ -168,7 +180,7 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
         ("/slow.md", "slow but steady")
     ]
     warnings = [line for line in log if line.get("logger") == "mnemofs.http"]
-    assert sorted(line["status"] for line in warnings) == [408, 408, 408, 408, 431]
+    assert sorted(line["status"] for line in warnings) == [408, 408, 408, 408, 408, 431]
     assert all("closed the connection of 127.0.0.1:" in line["message"] for line in warnings)
     service.close()
     engine.dispose()

@@ -119,8 +119,12 @@ class BoundedProtocol(HttpToolsProtocol):
         self._stop_timer()
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
         log.warning("closed the connection of %s: %s", client, message, extra={"status": status})
-        if not self._in_header and self.cycle is not None and self.cycle.response_started:
-            # The app answered before the body came (a 401, say): that answer stands.
+        # The cycle is this request's while its body is read, else the one before it. If the
+        # app answered before the body came (a 401, say), or is still writing the answer
+        # before this one, nothing more can be said on this connection.
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started
+        if answering and (not self._in_header or not cycle.response_complete):
             self.transport.close()
             return
         request_id = f"req_{new_ulid()}"
