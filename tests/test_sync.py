@@ -52,11 +52,14 @@ class Env:
             *extra,
         ]
 
-    def once(self, interval: float = 15) -> str:
+    def once(self, interval: float = 15, *, in_step: bool = True) -> str:
+        """A ``--once`` run's output; it exits 1 when anything is left out of step."""
         done = subprocess.run(
             self.argv("--once", "--interval", str(interval)), capture_output=True, text=True
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == (0 if in_step else 1), done.stderr
+        if not in_step:
+            assert f"out of step: see {self.root / '.mnemofs-sync-errors'}" in done.stderr
         return done.stdout + done.stderr
 
     def stored(self, store: str) -> dict[str, str]:
@@ -148,7 +151,7 @@ def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
     for f in (env.root / "notes").iterdir():
         f.unlink()
     time.sleep(1.1)
-    out = env.once(interval=1) + env.once(interval=1)
+    out = env.once(interval=1, in_step=False) + env.once(interval=1, in_step=False)
     assert "lost every one of its 2 files" in out
     assert set(env.stored(env.notes)) == {"/a.md", "/c.md"}
     errors_file = (env.root / ".mnemofs-sync-errors").read_text()
@@ -168,7 +171,7 @@ def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(
     with open(os.path.join(notes, b"bad\xff.md"), "wb") as f:
         f.write(b"latin-1 name\n")
     (env.root / "notes" / "good.md").write_text("fine\n")
-    out = env.once()
+    out = env.once(in_step=False)
     assert "bad\\xff.md: not uploaded" in out
     report = (env.root / ".mnemofs-sync-errors").read_text()
     assert "/bad\\xff.md: not uploaded" in report
@@ -189,7 +192,7 @@ def test_a_path_left_for_later_is_looked_at_by_the_next_run(
     notes = env.root / "notes"
     (notes / "plans").write_text("a file where a directory goes\n")
     env.service.create_memory(env.notes, "/plans/q3.md", "quarter three\n")
-    env.once()
+    env.once(in_step=False)
     assert not (notes / "plans").is_dir()
     assert "/plans: not uploaded" in (env.root / ".mnemofs-sync-errors").read_text()
     (notes / "plans").unlink()
@@ -226,14 +229,15 @@ def test_files_the_store_refuses_stay_local_and_are_reported(
     notes = env.root / "notes"
     (notes / "big.md").write_bytes(b"x" * (100 * 1024 + 1))
     (notes / "binary.md").write_bytes(b"\xff\xfe not utf-8")
-    out = env.once()
+    out = env.once(in_step=False)
     assert "big.md: not uploaded" in out
     report = (env.root / ".mnemofs-sync-errors").read_text()
     assert "/big.md: not uploaded" in report
     assert "/binary.md: not uploaded" in report
     assert set(env.stored(env.notes)) == {"/a.md"}
     assert (notes / "big.md").exists()
-    assert "big.md" not in env.once()  # reported once per change, not at every reconcile
+    # Logged once per change, not at every reconcile; the run fails while it stands.
+    assert "big.md" not in env.once(in_step=False)
     (notes / "big.md").unlink()
     (notes / "binary.md").unlink()
     env.once()

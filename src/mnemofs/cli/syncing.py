@@ -17,7 +17,7 @@ from mnemofs.models import Session
 from mnemofs.private import open_private_log
 from mnemofs.remote import ENV_TOKEN, RemoteBackend
 from mnemofs.store import MemoryService, make_engine
-from mnemofs.sync import Report, SyncWorker
+from mnemofs.sync import ERRORS_FILE, Report, SyncWorker
 
 log = logging.getLogger("mnemofs.sync")
 
@@ -44,6 +44,13 @@ def run(
             f"(session {session.id}): {summary(report)}"
         )
         if once:
+            if report.errors:  # as `memories export`: done, but not everything is in step
+                click.echo(
+                    f"mnemofs: {len(report.errors)} problem(s) left out of step: see "
+                    f"{Path(root) / ERRORS_FILE}",
+                    err=True,
+                )
+                sys.exit(1)
             return
         if not foreground:
             _start_background(db, session, root, interval, remote)
