@@ -297,3 +297,32 @@ def test_journal_commands(cli: Cli) -> None:
     session = cli.json("sessions", "create", "--attach", "Turns")
     assert session["resources"][0]["access"] == "read_only"
     assert "is a journal" in cli.refused(2, "sessions", "create", "--attach", "Turns:read_write")
+
+
+@pytest.mark.parametrize(
+    ("missing", "argv", "said"),
+    [
+        (
+            "alembic",
+            ["stores", "create", "Notes"],
+            "the database's packages are not installed here",
+        ),
+        ("uvicorn", ["serve", "--port", "1"], "pip install 'mnemofs[server]'"),
+    ],
+)
+def test_a_missing_package_is_one_line_not_a_traceback(
+    tmp_path: Path, missing: str, argv: list[str], said: str
+) -> None:
+    """An install without some packages (the sandbox image holds the client only, a plain
+    ``pip install mnemofs`` no server): the command says which and what to install."""
+    script = (
+        f"import sys; sys.modules[{missing!r}] = None\n"  # what an install without it gives
+        "from mnemofs.cli import main\n"
+        f"main(['--db', {str(tmp_path / 'db.sqlite')!r}, *{argv!r}])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.startswith("mnemofs: "), done.stderr
+    assert said in done.stderr
+    assert f"({missing} is missing)" in done.stderr
+    assert "Traceback" not in done.stderr

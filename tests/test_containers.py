@@ -33,6 +33,7 @@ pytestmark = pytest.mark.containers
 SKIP_ENV = "MNEMOFS_SKIP_CONTAINERS"
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "localhost/mnemofs:test"
+SANDBOX_IMAGE = "localhost/mnemofs-sandbox:test"
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 # These machines run without CAP_SYS_RESOURCE, so runc cannot raise rlimits to podman's
 # defaults ("error setting rlimit type 7"): ask for modest ones.
@@ -67,6 +68,16 @@ def podman(*args: str, check: bool = True, timeout: float = 600) -> Result:
 
 @pytest.fixture(scope="module")
 def image() -> str:
+    return _build(IMAGE)
+
+
+@pytest.fixture(scope="module")
+def sandbox_image(image: str) -> str:
+    """The Dockerfile's sandbox target (after the whole image: it reuses its build stage)."""
+    return _build(SANDBOX_IMAGE, "--target", "sandbox")
+
+
+def _build(tag: str, *args: str) -> str:
     base = os.environ.get("MNEMOFS_BASE_IMAGE", "localhost/mnemofs-base:bookworm")
     problem = None
     if shutil.which("podman") is None:
@@ -79,7 +90,7 @@ def image() -> str:
         if os.environ.get(SKIP_ENV) == "1":
             pytest.skip(f"container tests skipped ({SKIP_ENV}=1)")
         pytest.fail(f"{problem}: run through scripts/test, or set {SKIP_ENV}=1 to skip on purpose")
-    build = ["build", "--network", "host", "--build-arg", f"BASE={base}", "-t", IMAGE]
+    build = ["build", "--network", "host", "--build-arg", f"BASE={base}", "-t", tag, *args]
     if os.path.exists(HOST_CA):  # pip may reach the index only through this machine's CAs
         build += [
             "-v",
@@ -88,7 +99,7 @@ def image() -> str:
             "PIP_CERT=/etc/ssl/build-ca.crt",
         ]
     podman(*build, str(REPO), timeout=1200)
-    return IMAGE
+    return tag
 
 
 def seed(service: MemoryService) -> tuple[str, str]:
@@ -321,11 +332,14 @@ def test_mode3_api_server_in_the_container(image: str) -> None:
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-def test_mode2_over_the_server_with_only_a_token(image: str, backend: str, tmp_path: Path) -> None:
-    """Mode 2 as a sandbox should run it: the daemon inside holds one session token (from the
-    environment) and a server address; no database URL, file or route. The agent writes its
-    read_write store (one version, by the session), gets EROFS on the read_only one; a process
-    inside with the token cannot read another session's store, nor open the database."""
+def test_mode2_over_the_server_with_only_a_token(
+    sandbox_image: str, backend: str, tmp_path: Path
+) -> None:
+    """Mode 2 as a sandbox should run it, from the sandbox image: the daemon inside holds one
+    session token (from the environment) and a server address; no database URL, file or
+    route, nor the packages to open one. The agent writes its read_write store (one version,
+    by the session), gets EROFS on the read_only one; a process inside with the token cannot
+    read another session's store, and a sync worker there keeps a folder in step too."""
     from .conftest import _fresh_pg_engine
     from .mounted import token_for
     from .served import serving
@@ -367,7 +381,7 @@ def test_mode2_over_the_server_with_only_a_token(image: str, backend: str, tmp_p
                 "MNEMOFS_TOKEN",
                 "-e",
                 f"MNEMOFS_SERVER={server.url}",
-                image,
+                sandbox_image,
                 "mount",
                 "--allow-other",
                 "--uid",
@@ -391,8 +405,23 @@ def test_mode2_over_the_server_with_only_a_token(image: str, backend: str, tmp_p
             got = podman("exec", name, "python3", "-c", probe, check=False).stdout.strip()
             assert got == "404"
             no_db = podman("exec", name, "mnemofs", "stores", "list", check=False)
-            assert no_db.returncode != 0
-            assert "no database" in no_db.stderr
+            assert no_db.returncode == 1
+            assert "database's packages are not installed here" in no_db.stderr, no_db.stderr
+            for package in ("sqlalchemy", "psycopg", "uvicorn", "fastapi", "detect_secrets"):
+                held = podman("exec", name, "python3", "-c", f"import {package}", check=False)
+                assert held.returncode != 0, package
+            synced = podman(
+                "exec",
+                "--user",
+                "agent",
+                name,
+                "sh",
+                "-c",
+                "mnemofs sync --root ~/memory --once && cat ~/memory/notes/a.md",
+                check=False,
+            )
+            assert synced.returncode == 0, synced.stderr
+            assert synced.stdout.splitlines()[-1] == "from the container"
             podman("stop", "-t", "30", name)
         finally:
             os.environ.pop("MNEMOFS_TOKEN", None)

@@ -72,12 +72,36 @@ cli.add_command(pools)
 cli.add_command(serve_command)
 
 
+# What a package missing from this install is for, and what to do: a sandbox's image holds
+# only what a mount or a sync worker needs to reach a server (the Dockerfile's sandbox target).
+_MISSING = {
+    **dict.fromkeys(
+        ("sqlalchemy", "alembic", "slugify", "yaml", "detect_secrets"),
+        "the database's packages are not installed here (a client-only install: mount and "
+        "sync reach a server with $MNEMOFS_SERVER and $MNEMOFS_TOKEN); install mnemofs with "
+        "its dependencies to use a database",
+    ),
+    **dict.fromkeys(("pyfuse3", "trio"), "mounting needs its extra: pip install 'mnemofs[fuse]'"),
+    "psycopg": "PostgreSQL needs the driver: pip install 'mnemofs[postgres]'",
+    **dict.fromkeys(
+        ("fastapi", "starlette", "uvicorn"),
+        "the server needs its extra: pip install 'mnemofs[server]'",
+    ),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: run the CLI, turning domain errors into one line and an exit code."""
     try:
         result = cli.main(args=argv, prog_name="mnemofs", standalone_mode=False)
     except errors.MnemofsError as error:
         fail(error)
+    except ModuleNotFoundError as exc:
+        what = _MISSING.get((exc.name or "").split(".")[0])
+        if what is None:
+            raise
+        click.echo(f"mnemofs: {what} ({exc.name} is missing)", err=True)
+        sys.exit(1)
     except click.exceptions.Abort:
         click.echo("mnemofs: aborted", err=True)
         sys.exit(1)
