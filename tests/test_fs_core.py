@@ -160,6 +160,40 @@ def test_temporary_files_kept_unsaved_are_bounded(
     assert len(fs.notices.lines["refusals"]) == 3
 
 
+def test_files_held_open_are_bounded(fs: MemoryFs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files opened and written but never closed grew the daemon without end (the store's
+    limits count saved memories only). Past ``BUFFER_BYTES`` in all, a write that grows a
+    file is ENOSPC (and that file is not saved), an open that would add one ENFILE; once
+    files are closed there is room again."""
+    each = 2000 + files.BUFFER_OVERHEAD_BYTES
+    monkeypatch.setattr(files, "BUFFER_BYTES", 4 * each)  # four open files of 2,000 bytes
+    root = store_root(fs)
+    saved = write_file(fs, root, "saved.md", b"saved before\n")  # closed: holds nothing
+    handles = []
+    for i in range(4):
+        _, fh = fs.create(root.ino, f"n{i}.md" if i else "n0.tmp")  # temporary or not
+        fs.write(fh, 0, b"x" * 2000)
+        handles.append(fh)
+    before = stored(fs)
+    assert code(fs.create, root.ino, "n4.md") == errno.ENFILE
+    assert "n4.md" not in root.children
+    assert code(fs.open, saved.ino, write=False, truncate=False) == errno.ENFILE
+    assert code(fs.write, handles[1], 2000, b"more") == errno.ENOSPC
+    assert fs.write(handles[1], 0, b"y" * 10) == 10  # growing nothing: room enough
+    assert code(fs.flush, handles[1]) == errno.ENOSPC  # told again at close: not saved
+    for fh in handles:
+        if fh != handles[1]:
+            fs.flush(fh)
+        fs.release(fh)
+    assert stored(fs) == before | {"/n2.md": "x" * 2000, "/n3.md": "x" * 2000}
+    # Closed: room again, and a file that shrank is counted as it is.
+    fh = fs.open(saved.ino, write=False, truncate=False)
+    assert fs.read(fh, 0, 100) == b"saved before\n"
+    fs.release(fh)
+    write_file(fs, root, "n4.md", b"room again\n")
+    assert stored(fs)["/n4.md"] == "room again\n"
+
+
 def test_a_refused_temporary_file_is_tried_again_once_it_changes(fs: MemoryFs) -> None:
     """A temporary file the store refuses stays in memory, told once; when its bytes change
     it is tried again, and saved if the store takes them now."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -490,6 +492,51 @@ def test_mkdir_past_the_directory_limit_is_enospc(env: Env) -> None:
     os.rmdir(env.rw / "dirs" / "00000")
     os.mkdir(env.rw / "one-more")
     assert len(env.service.explicit_directories(env.rw_id)) == most
+
+
+def test_files_held_open_are_bounded(tmp_path: Path) -> None:
+    """An agent that opens files, writes them and never closes them grew the daemon without
+    end (3,000 of 100 KB: +300 MB; temporary names never count toward the store's limit):
+    past 256 MiB of open files a write is ENOSPC, said in ``.mnemofs/refusals``, and once
+    they are closed the mount takes writes again."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    service = MemoryService(make_engine(url))
+    store = service.create_store("Notes").id
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(tmp_path))
+    root = tmp_path / "mnt"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 8192), max(hard, 8192)))
+    try:
+        with mounted(url, session.id, root):
+            notes = root / "notes"
+            fds: list[int] = []
+            refused = None
+            try:
+                for i in range(4000):
+                    fds.append(os.open(notes / f"tmp{i:08d}x", os.O_CREAT | os.O_WRONLY))
+                    try:
+                        os.write(fds[-1], b"x" * 100_000)
+                    except OSError as exc:
+                        refused = exc.errno
+                        break
+            finally:
+                for i in range(len(fds)):
+                    os.unlink(notes / f"tmp{i:08d}x")  # nothing of them is kept
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            assert refused == errno.ENOSPC
+            assert 2000 < len(fds) < 2700, len(fds)  # 256 MiB of 100 KB files, and no more
+            newest = (root / ".mnemofs" / "refusals").read_text().splitlines()[0]
+            assert f"notes/tmp{len(fds) - 1:08d}x  write: ENOSPC: " in newest, newest
+            assert newest.endswith(
+                "-> close files you are done with: a mount holds at most 256 MiB of open files"
+            ), newest
+            (notes / "after.md").write_text("room again\n")
+        assert service.find_memory(store, "/after.md").content == "room again\n"
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        service.close()
 
 
 def test_a_full_disk_is_enospc_and_keeps_what_was_saved(tmp_path: Path) -> None:

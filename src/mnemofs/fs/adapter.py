@@ -300,6 +300,8 @@ class Adapter(pyfuse3.Operations):
         except Exception as exc:
             if write or flags & os.O_TRUNC:
                 raise self._refused(exc, "open for writing", inode) from None
+            if isinstance(exc, FsError) and exc.errno == errno.ENFILE:
+                raise self._refused(exc, "open", inode) from None  # no room: worth a line
             raise fuse_error(exc, "open") from None
 
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -14,6 +14,8 @@ from mnemofs import limits
 from mnemofs.content import Content, never_text
 from mnemofs.errors import MnemofsError, NotFound, Unavailable
 from mnemofs.fs.nodes import (
+    BUFFER_BYTES,
+    BUFFER_OVERHEAD_BYTES,
     CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
     TEMP_GRACE_S,
@@ -69,12 +71,40 @@ class FilesMixin(TreeBase):
         while len(cache) > CONTENT_CACHE_ENTRIES or self._content_bytes > CONTENT_CACHE_BYTES:
             self._content_bytes -= len(cache.popitem(last=False)[1])
 
-    @staticmethod
-    def _drop_clean_buffer(node: Node) -> None:
+    def _drop_clean_buffer(self, node: Node) -> None:
         """Let go of a buffer that no descriptor has open and that holds nothing unsaved (the
         saved bytes live on in the content cache)."""
         if node.file is not None and node.file.opens == 0 and not node.file.dirty:
-            node.file = None
+            self._let_go(node)
+
+    def _let_go(self, node: Node) -> None:
+        assert node.file is not None
+        self.buffered -= len(node.file.data) + BUFFER_OVERHEAD_BYTES
+        node.file = None
+
+    def _buffer_room(self, more: int) -> bool:
+        """Whether ``more`` bytes of open files fit under ``BUFFER_BYTES``. ``buffered`` may
+        count more than there is (a buffer that shrank, one that went with its node), never
+        less: at the bound the buffers are counted anew."""
+        if self.buffered + more <= BUFFER_BYTES:
+            return True
+        self.buffered = sum(
+            len(n.file.data) + BUFFER_OVERHEAD_BYTES for n in self.nodes.values() if n.file
+        )
+        return self.buffered + more <= BUFFER_BYTES
+
+    def _new_buffer(self, node: Node, data: bytes, what: str) -> OpenFile:
+        """Hold ``node``'s bytes open, if the mount has room for them (else ``ENFILE``)."""
+        held = len(data) + BUFFER_OVERHEAD_BYTES
+        if not self._buffer_room(held):
+            raise FsError(
+                errno.ENFILE,
+                f"{what} {self.path(node)!r}: this mount holds {BUFFER_BYTES // 2**20} MiB of "
+                "open files, the most it may",
+            )
+        node.file = OpenFile(bytearray(data))
+        self.buffered += held
+        return node.file
 
     def _new_handle(
         self, node: Node, writable: bool, append: bool = False, *, direct: bool = False
@@ -126,6 +156,12 @@ class FilesMixin(TreeBase):
                 errno.ENOSPC,
                 f"store {mount.name!r} holds {mount.max_memories} memories, its limit",
             )
+        if not self._buffer_room(BUFFER_OVERHEAD_BYTES):
+            raise FsError(
+                errno.ENFILE,
+                f"create {name!r}: this mount holds {BUFFER_BYTES // 2**20} MiB of open "
+                "files, the most it may",
+            )
         node = self._new_node(name, parent, False)
         self._entries_changed(parent)
         node.temporary = temporary
@@ -133,6 +169,7 @@ class FilesMixin(TreeBase):
             self.temporaries.add(node)
         node.born = node.temp_since = time.monotonic()
         node.file = OpenFile(bytearray(), dirty=True, opens=1)
+        self.buffered += BUFFER_OVERHEAD_BYTES
         node.lookups += 1
         return node, self._new_handle(node, True, append, direct=write_only)
 
@@ -164,14 +201,17 @@ class FilesMixin(TreeBase):
             raise FsError(errno.EISDIR, f"{node.name!r} is a directory")
         if write or truncate:
             self._writable(node, "open for writing")
-        if node.file is None:
-            node.file = OpenFile(bytearray(self._content_of(node)))
+        of = (
+            node.file
+            if node.file is not None
+            else self._new_buffer(node, self._content_of(node), "open")
+        )
         if node.memory_id is not None and node.mount is not None:  # for 'evict-lru'
             self.service.note_access(node.mount.store_id, node.memory_id)
-        node.file.opens += 1
-        if truncate and node.file.data:
-            node.file.data.clear()
-            node.file.dirty = True
+        of.opens += 1
+        if truncate and of.data:
+            of.data.clear()
+            of.dirty = True
             node.mtime_ns = node.ctime_ns = _now_ns()
         return self._new_handle(node, write or truncate, append and write, direct=write_only)
 
@@ -192,6 +232,7 @@ class FilesMixin(TreeBase):
             offset = len(buf)
             node.stale_pages = True  # the kernel cached these bytes at its own offset
         end = offset + len(data)
+        growth = max(0, end - len(buf))
         cap = limits.MAX_CONTENT_BYTES if node.mount is None else node.mount.max_bytes
         if end > cap:
             own = "" if cap == limits.MAX_CONTENT_BYTES else " (the store's own cap)"
@@ -199,6 +240,13 @@ class FilesMixin(TreeBase):
             self._refuse_write(node, handle, errno.EFBIG, why)
         if not node.temporary:  # (a temporary file may hold anything: it is never saved)
             self._refuse_what_is_never_text(node, handle, offset, data)
+        if growth and not self._buffer_room(growth):
+            why = (
+                f"{self.path(node)!r}: this mount holds {BUFFER_BYTES // 2**20} MiB of open "
+                "files, the most it may"
+            )
+            self._refuse_write(node, handle, errno.ENOSPC, why)
+        self.buffered += growth
         if offset > len(buf):
             buf.extend(b"\0" * (offset - len(buf)))
         buf[offset:end] = data
@@ -264,7 +312,8 @@ class FilesMixin(TreeBase):
                     self._cache(node, bytes(node.file.data))
                 self._drop_clean_buffer(node)
             if node.unlinked and of.opens == 0:
-                node.file = None
+                if node.file is not None:
+                    self._let_go(node)
                 self._forget_node(node)
 
     def save(self, node: Node, *, undo: bool = True) -> None:
@@ -351,7 +400,8 @@ class FilesMixin(TreeBase):
                 raise FsError(errno.EFBIG, f"size {size} is over {limits.MAX_CONTENT_BYTES}")
             opened = node.file is not None
             if node.file is None:
-                node.file = OpenFile(bytearray(self._content_of(node)))
+                self._new_buffer(node, self._content_of(node), "truncate")
+            assert node.file is not None  # (mypy: the call above set it)
             buf = node.file.data
             if size > len(buf):
                 if not opened:

@@ -22,6 +22,14 @@ TEMP_KEPT_BYTES = 64 * 2**20
 TEMP_KEPT_HINT = "remove temporary files left behind, or save them under a name the store takes"
 
 
+# Files held open (or unsaved) in the daemon: at most this many bytes in all, each counting
+# BUFFER_OVERHEAD_BYTES more for itself. Past it a write is ENOSPC, and an open that would
+# add a file ENFILE: without it, files opened and written, never closed, grew the daemon
+# without end (3,000 of 100 KB: +300 MB; the store's limits count saved memories only).
+BUFFER_BYTES = 256 * 2**20
+BUFFER_OVERHEAD_BYTES = 1024
+BUFFERS_HINT = "close files you are done with: a mount holds at most 256 MiB of open files"
+
 FOLD_WINDOW_S = 300.0
 
 

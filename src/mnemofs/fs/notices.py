@@ -20,7 +20,7 @@ import time
 
 from mnemofs.fs.files import FilesMixin
 from mnemofs.fs.history import version_name
-from mnemofs.fs.nodes import Handle, Node, _now_ns
+from mnemofs.fs.nodes import BUFFERS_HINT, Handle, Node, _now_ns
 
 log = logging.getLogger("mnemofs.fs")
 
@@ -39,9 +39,13 @@ HINTS = {
     errno.EINVAL: "check the path: at most 20 levels deep",
     errno.EIO: "the database or server could not be reached: try again shortly",
     errno.ENOTEMPTY: "remove what is inside first",
+    errno.ENFILE: BUFFERS_HINT,
 }
 # ...unless the refused call has one of its own.
-CALL_HINTS = {("mkdir", errno.ENOSPC): "remove empty directories with rmdir"}
+CALL_HINTS = {
+    ("mkdir", errno.ENOSPC): "remove empty directories with rmdir",
+    ("write", errno.ENOSPC): BUFFERS_HINT,
+}
 # ENOSPC for a database's full disk, not a full store.
 DISK_FULL_HINT = "nothing was saved: the database's disk needs room (tell whoever runs it)"
 # Not refusals worth a line: lookups that probe, `mkdir -p` on what exists.

@@ -55,6 +55,9 @@ class TreeBase:
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
         self._content_bytes = 0  # the sum of the cached contents' lengths
+        # At least the bytes of the files held open (fs/files.py ``_buffer_room``): added to
+        # as buffers are made and grow, taken from as they go, counted anew at the bound.
+        self.buffered = 0
         now = _now_ns()
         self.root = Node(ROOT_INO, "", None, True, None, now, now)
         self.nodes[ROOT_INO] = self.root
