@@ -5,18 +5,20 @@ closed within ``REQUEST_READ_TIMEOUT_S``, while other clients are served as usua
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, REQUEST_READ_TIMEOUT_S
+from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
 from mnemofs.store import MemoryService, make_engine
 
 from .served import serving
 
 GRACE_S = 10.0  # how much later than the timeout a refusal may come on a busy machine
+STEADY = "slow but steady\n" * 4800  # 75 KiB
 
 
 def _status(raw: bytes) -> int | None:
@@ -115,14 +117,24 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
             sock.sendall(b'"')
 
         def slow_body(sock: socket.socket) -> None:
-            # Each pause shorter than the timeout, the whole longer: it is saved.
-            body = json.dumps({"path": "/slow.md", "content": "slow but steady"}).encode()
+            # Each pause shorter than the timeout, the whole longer, at about 4 KiB a second:
+            # it is saved.
+            body = json.dumps({"path": "/slow.md", "content": STEADY}).encode()
             head = b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
             sock.sendall(post + head + b"connection: close\r\n\r\n")
-            pause = REQUEST_READ_TIMEOUT_S * 0.6
-            for piece in (body[:10], body[10:20], body[20:]):
-                time.sleep(pause)
+            third = len(body) // 3
+            for piece in (body[:third], body[third : 2 * third], body[2 * third :]):
+                time.sleep(REQUEST_READ_TIMEOUT_S * 0.6)
                 sock.sendall(piece)
+
+        def trickle(sock: socket.socket) -> None:
+            # A byte every second: never a long pause, but far under MIN_BODY_RATE.
+            head = b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(note)
+            sock.sendall(post + head)
+            for byte in note:
+                if select.select([sock], [], [], 1.0)[0]:
+                    break  # answered: nothing more is sent into a closed connection
+                sock.sendall(bytes([byte]))
 
         ways = {
             "silent": silent,
@@ -133,6 +145,7 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
             "stalled_chunks": stalled_chunks,
             "answered_early": answered_early,
             "slow_body": slow_body,
+            "trickle": trickle,
         }
         threads = [threading.Thread(target=exchange, args=item) for item in ways.items()]
         for thread in threads:
@@ -170,6 +183,10 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
     _, elapsed, raw = results["answered_early"]
     assert raw == b"", raw  # the 401 stands: no 408 after it
     assert REQUEST_READ_TIMEOUT_S - 1 <= elapsed <= late
+    elapsed, _, raw = results["trickle"]
+    assert _status(raw) == 408, raw
+    assert f"slower than {MIN_BODY_RATE} bytes a second" in str(_body(raw))
+    assert REQUEST_READ_TIMEOUT_S - 1 <= elapsed <= late
     elapsed, _, raw = results["slow_body"]
     assert _status(raw) == 200, raw
     assert elapsed > REQUEST_READ_TIMEOUT_S
@@ -177,10 +194,10 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
     # Only the slow but steady note was saved; each refusal is one warning line.
     memories = list(service.list_memories(store, limit=10))
     assert [(m.path, service.get_memory(store, m.id).content) for m in memories] == [
-        ("/slow.md", "slow but steady")
+        ("/slow.md", STEADY)
     ]
     warnings = [line for line in log if line.get("logger") == "mnemofs.http"]
-    assert sorted(line["status"] for line in warnings) == [408, 408, 408, 408, 408, 431]
+    assert sorted(line["status"] for line in warnings) == [408] * 6 + [431]
     assert all("closed the connection of 127.0.0.1:" in line["message"] for line in warnings)
     service.close()
     engine.dispose()

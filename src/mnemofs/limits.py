@@ -41,6 +41,8 @@ MAX_REQUEST_HEADER_BYTES = 64 * 1024
 REQUEST_READ_TIMEOUT_S = 10.0
 """An HTTP request's header must arrive whole this long after its first byte (or after the
 connection opens), and its body may pause no longer than this between reads (408)."""
+MIN_BODY_RATE = 1024
+"""...and past its first REQUEST_READ_TIMEOUT_S, come at this many bytes a second (408)."""
 
 SERVE_CONNECTIONS = 8
 """PostgreSQL: store calls a ``mnemofs serve`` process makes at a time, so the database

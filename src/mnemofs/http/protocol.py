@@ -6,7 +6,9 @@ for good (its keep-alive timeout runs only between requests), and one header lin
 grew a server from 56 to 320 MB. Here a header must arrive whole within
 ``REQUEST_READ_TIMEOUT_S`` of the connection opening or of its first byte, and within
 ``MAX_REQUEST_HEADER_BYTES``; a body may pause no longer than ``REQUEST_READ_TIMEOUT_S``
-between reads (an import's body is a whole store, so there is no deadline for the whole). A
+between reads, and past its first ``REQUEST_READ_TIMEOUT_S`` must come at ``MIN_BODY_RATE``
+bytes a second on average (an import's body is a whole store, so there is no deadline for the
+whole; a trickle of a byte every few seconds would hold a connection for days). A
 late header or body is answered 408, an oversize header 431, in the wire's error shape, and the
 connection is closed; a connection that sent nothing is closed without a word.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, REQUEST_READ_TIMEOUT_S
+from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
 from mnemofs.models import new_ulid
 
 log = logging.getLogger("mnemofs.http")
@@ -36,6 +38,8 @@ class BoundedProtocol(HttpToolsProtocol):
         self._in_header = True  # the next bytes belong to a request's line or header
         self._header_bytes = 0  # received since that header began
         self._last_read = 0.0  # when the body's last bytes came
+        self._body_since = 0.0  # when the body began (or reading it resumed after our pause)
+        self._body_bytes = 0  # what came of it since then
         self._timer: asyncio.TimerHandle | None = None
 
     # Where a request's reading starts and ends.
@@ -68,11 +72,13 @@ class BoundedProtocol(HttpToolsProtocol):
         self._stop_timer()
         super().on_headers_complete()
         if any(name in (b"content-length", b"transfer-encoding") for name, _ in self.headers):
-            self._last_read = self.loop.time()
+            self._last_read = self._body_since = self.loop.time()
+            self._body_bytes = 0
             self._timer = self.loop.call_later(REQUEST_READ_TIMEOUT_S, self._body_late)
 
     def on_body(self, body: bytes) -> None:
         self._last_read = self.loop.time()
+        self._body_bytes += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
@@ -105,13 +111,19 @@ class BoundedProtocol(HttpToolsProtocol):
         now = self.loop.time()
         if self.pipeline or self.flow.read_paused:
             # Not reading: the request waits behind another, or the app has not taken what
-            # came. The pause is ours, not the client's.
-            self._last_read = now
-        left = self._last_read + REQUEST_READ_TIMEOUT_S - now
-        if left > 0:
-            self._timer = self.loop.call_later(left, self._body_late)
+            # came. The pause is ours, not the client's: both clocks start again.
+            self._last_read = self._body_since = now
+            self._body_bytes = 0
+        paused = self._last_read + REQUEST_READ_TIMEOUT_S - now
+        # Each KiB that came buys a second more: a trickle cannot hold the connection.
+        slow = self._body_since + REQUEST_READ_TIMEOUT_S + self._body_bytes / MIN_BODY_RATE - now
+        if min(paused, slow) > 0:
+            self._timer = self.loop.call_later(min(paused, slow), self._body_late)
             return
-        self._refuse(408, f"the request's body paused for over {REQUEST_READ_TIMEOUT_S:g} s")
+        if paused <= 0:
+            self._refuse(408, f"the request's body paused for over {REQUEST_READ_TIMEOUT_S:g} s")
+        else:
+            self._refuse(408, f"the request's body came slower than {MIN_BODY_RATE} bytes a second")
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer ``status`` with ``message`` in the wire's error shape (unless a response
