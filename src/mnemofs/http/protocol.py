@@ -8,8 +8,8 @@ grew a server from 56 to 320 MB. Here a header must arrive whole within
 ``MAX_REQUEST_HEADER_BYTES``; a body may pause no longer than ``REQUEST_READ_TIMEOUT_S``
 between reads, and past its first ``REQUEST_READ_TIMEOUT_S`` must come at ``MIN_BODY_RATE``
 bytes a second on average (an import's body is a whole store, so there is no deadline for the
-whole; a trickle of a byte every few seconds would hold a connection for days). A
-late header or body is answered 408, an oversize header 431, in the wire's error shape, and the
+whole; a trickle of a byte every few seconds would hold a connection for days). A late
+header or body is answered 408, an oversize header 431, in the wire's error shape, and the
 connection is closed; a connection that sent nothing is closed without a word.
 """
 
