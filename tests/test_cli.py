@@ -74,6 +74,12 @@ def test_stores_commands(cli: Cli) -> None:
     assert "Demo Memory" in table
     assert store["id"] in table
     assert cli.json("stores", "show", "Demo Memory")["id"] == store["id"]
+    cli.ok("memories", "create", "Demo Memory", "/a.md", "--content", "café")
+    used = cli.json("stores", "usage", "Demo Memory")
+    assert (used["memories"], used["versions"], used["texts"], used["text_bytes"]) == (1, 1, 1, 5)
+    shown = cli.ok("stores", "usage", store["id"]).out
+    assert "directories        0 (of at most 10000)" in shown, shown
+    assert "text_bytes         5" in shown, shown
     updated = cli.json("stores", "update", store["id"], "--name", "Renamed", "--description", "")
     assert (updated["name"], updated["description"]) == ("Renamed", "")
     assert cli.json("stores", "archive", "Renamed")["archived_at"]

@@ -204,3 +204,34 @@ def test_a_quiet_store_reads_its_own_versions_only(service: MemoryService) -> No
         "/q/1998.md",
         "/q/1999.md",
     ]
+
+
+def test_store_usage_counts_what_history_holds(service: MemoryService, store_id: str) -> None:
+    """What an admin sees of a store (``stores usage``): history grows with every save, and
+    each distinct text is kept once, counted in bytes, not characters."""
+    assert service.store_usage(store_id) == {
+        "memories": 0,
+        "directories": 0,
+        "versions": 0,
+        "texts": 0,
+        "text_bytes": 0,
+        "oldest_version_at": None,
+    }
+    a = service.create_memory(store_id, "/a.md", "café\n")  # 6 bytes, 5 characters
+    service.update_memory(store_id, a.id, content="café au lait\n")  # 14 bytes
+    service.update_memory(store_id, a.id, content="café\n")  # back: no new text
+    b = service.create_memory(store_id, "/d/b.md", "café\n")  # the same text again
+    service.delete_memory(store_id, b.id, keep_directory=True)  # keeps /d/
+    service.make_directory(store_id, "/empty")
+    used = service.store_usage(store_id)
+    first = service.list_versions(store_id, limit=100).data[-1].created_at
+    assert used == {
+        "memories": 1,
+        "directories": 2,
+        "versions": 5,
+        "texts": 2,
+        "text_bytes": 6 + 14,
+        "oldest_version_at": first,
+    }
+    with pytest.raises(errors.NotFound):
+        service.store_usage("memstore_01M8ZZZZZZZZZZZZZZZZZZZZZZ")

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from mnemofs import limits
 from mnemofs.cli.common import (
     Context,
     emit,
@@ -147,6 +148,31 @@ def stores_list(ctx: Context, include_archived: bool) -> None:
 def stores_show(ctx: Context, store: str) -> None:
     """Show one store."""
     show_store(ctx, ctx.service.get_store(ctx.store(store)))
+
+
+@stores.command("usage")
+@click.argument("store")
+@pass_ctx
+def stores_usage(ctx: Context, store: str) -> None:
+    """What STORE holds: memories, the directories it keeps, versions, their distinct texts
+    and bytes, its oldest version. History grows with every save until pruned
+    ('mnemofs versions prune'): a runaway writer shows here."""
+    used = ctx.service.store_usage(ctx.store(store))
+    most = limits.MAX_DIRECTORIES_PER_STORE
+    emit(
+        ctx,
+        used,
+        lambda: print_fields(
+            [
+                ("memories", used["memories"]),
+                ("directories", f"{used['directories']} (of at most {most})"),
+                ("versions", used["versions"]),
+                ("texts", used["texts"]),
+                ("text_bytes", used["text_bytes"]),
+                ("oldest_version_at", used["oldest_version_at"] or ""),
+            ]
+        ),
+    )
 
 
 @stores.command("update")

@@ -127,6 +127,44 @@ class StoresMixin(ServiceBase):
     def get_store(self, store_id: str) -> MemoryStore:
         return self._read(lambda tx: _store(self._store_row(tx, store_id)))
 
+    def store_usage(self, store_id: str) -> dict[str, int | str | None]:
+        """What a store holds, for an admin: live memories, the directories it keeps (of
+        ``MAX_DIRECTORIES_PER_STORE``), its versions and their distinct texts, the bytes of
+        those texts, and the time of its oldest version. History has no bound but prune's,
+        so this is where a runaway writer shows. Counts every row: an admin's call."""
+        octets = (
+            "octet_length(content)"
+            if self.db.dialect == "postgresql"
+            else ("length(CAST(content AS BLOB))")
+        )
+
+        def run(tx: Tx) -> dict[str, int | str | None]:
+            row = self._store_row(tx, store_id)
+            params = {"store": store_id}
+            versions = tx.one(
+                "SELECT count(*) AS n, min(created_at) AS oldest FROM memory_versions "
+                "WHERE store_id = :store",
+                params,
+            )
+            texts = tx.one(
+                f"SELECT count(*) AS n, coalesce(sum({octets}), 0) AS bytes FROM contents "
+                "WHERE store_id = :store",
+                params,
+            )
+            directories = tx.scalar(
+                "SELECT count(*) FROM directories WHERE store_id = :store", params
+            )
+            return {
+                "memories": int(row.memory_count),
+                "directories": int(directories),
+                "versions": int(versions.n),
+                "texts": int(texts.n),
+                "text_bytes": int(texts.bytes),
+                "oldest_version_at": versions.oldest,
+            }
+
+        return self._read(run, snapshot=True)
+
     def resolve_store(self, ref: str) -> StoreId:
         """A store id from a ``memstore_`` id or an exact store name."""
 
