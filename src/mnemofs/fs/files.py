@@ -93,15 +93,16 @@ class FilesMixin(TreeBase):
         )
         return self.buffered + more <= BUFFER_BYTES
 
+    @staticmethod
+    def _no_room(what: str) -> str:
+        held = BUFFER_BYTES // 2**20
+        return f"{what}: this mount holds {held} MiB of open files, the most it may"
+
     def _new_buffer(self, node: Node, data: bytes, what: str) -> OpenFile:
         """Hold ``node``'s bytes open, if the mount has room for them (else ``ENFILE``)."""
         held = len(data) + BUFFER_OVERHEAD_BYTES
         if not self._buffer_room(held):
-            raise FsError(
-                errno.ENFILE,
-                f"{what} {self.path(node)!r}: this mount holds {BUFFER_BYTES // 2**20} MiB of "
-                "open files, the most it may",
-            )
+            raise FsError(errno.ENFILE, self._no_room(f"{what} {self.path(node)!r}"))
         node.file = OpenFile(bytearray(data))
         self.buffered += held
         return node.file
@@ -157,11 +158,7 @@ class FilesMixin(TreeBase):
                 f"store {mount.name!r} holds {mount.max_memories} memories, its limit",
             )
         if not self._buffer_room(BUFFER_OVERHEAD_BYTES):
-            raise FsError(
-                errno.ENFILE,
-                f"create {name!r}: this mount holds {BUFFER_BYTES // 2**20} MiB of open "
-                "files, the most it may",
-            )
+            raise FsError(errno.ENFILE, self._no_room(f"create {name!r}"))
         node = self._new_node(name, parent, False)
         self._entries_changed(parent)
         node.temporary = temporary
@@ -241,11 +238,7 @@ class FilesMixin(TreeBase):
         if not node.temporary:  # (a temporary file may hold anything: it is never saved)
             self._refuse_what_is_never_text(node, handle, offset, data)
         if growth and not self._buffer_room(growth):
-            why = (
-                f"{self.path(node)!r}: this mount holds {BUFFER_BYTES // 2**20} MiB of open "
-                "files, the most it may"
-            )
-            self._refuse_write(node, handle, errno.ENOSPC, why)
+            self._refuse_write(node, handle, errno.ENOSPC, self._no_room(repr(self.path(node))))
         self.buffered += growth
         if offset > len(buf):
             buf.extend(b"\0" * (offset - len(buf)))
