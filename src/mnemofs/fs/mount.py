@@ -67,6 +67,7 @@ RECONNECT_INTERVAL_S = 0.5  # while the database is unreachable, try this often
 # daemon at 164 MB (37 before). glibc's malloc_trim gives the free pages back (44 MB); the
 # upkeep calls it when it goes to rest, at most this often.
 TRIM_INTERVAL_S = 10.0
+TRIM_REST_S = 1.0  # ...and only before a rest at least this long
 _trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc's; not in every libc
 
 
@@ -277,15 +278,15 @@ async def _checkpoint(service: Backend, rest: Rest) -> None:
             continue
         try:
             wait = service.upkeep_in()  # asked here: a trip to a thread costs more
-            if wait is None and owed and _trim is not None:
-                # Going to rest with nothing else to do: give back what is free, or rest
-                # only until that is due.
+            if owed and _trim is not None and (wait is None or wait >= TRIM_REST_S):
+                # Going to rest a while (a WAL written last waits a minute to be cut): give
+                # back what is free, or rest only until that is due.
                 due = trimmed + TRIM_INTERVAL_S - trio.current_time()
                 if due <= 0:
                     owed, trimmed = False, trio.current_time()
                     await trio.to_thread.run_sync(_trim, 0)
                 else:
-                    wait = due
+                    wait = due if wait is None else min(wait, due)
             if wait is None or wait > 0:
                 owed = await rest.until(wait) or owed
                 continue
