@@ -16,12 +16,12 @@ connection is closed; a connection that sent nothing is closed without a word.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from mnemofs.http.wire import dumps
 from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
 from mnemofs.models import new_ulid
 
@@ -141,7 +141,7 @@ class BoundedProtocol(HttpToolsProtocol):
             return
         request_id = f"req_{new_ulid()}"
         error = {"type": "invalid_request_error", "message": message}
-        body = json.dumps({"type": "error", "error": error, "request_id": request_id}).encode()
+        body = dumps({"type": "error", "error": error, "request_id": request_id})
         head = [
             b"HTTP/1.1 %d %s" % (status, _REASONS[status]),
             b"content-type: application/json",
