@@ -460,3 +460,52 @@ def test_0016_the_search_index_merges_eight_segments_at_a_time(tmp_path: Path) -
         _downgrade(conn, "0015")
     assert automerge(engine) == 4
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_0017_counts_the_directories_stores_keep(tmp_path: Path, backend: str) -> None:
+    """0017 counts each store's directories into its row, triggers keep the count from then
+    on (mkdir's limit reads it), and the downgrade takes the column and the triggers away."""
+    if backend == "sqlite":
+        url, drop = f"sqlite:///{tmp_path / 'db.sqlite'}", None
+    else:
+        url, drop = _own_pg_database("directories")
+    try:
+        engine = make_engine(url, check_schema=False)
+        upgrade(engine, "0016")
+        with engine.sqlalchemy().begin() as conn:
+            for store, paths in (("memstore_a", ["/x/", "/x/y/", "/z/"]), ("memstore_b", [])):
+                conn.execute(
+                    text(
+                        "INSERT INTO memory_stores (id, name, description, created_at, "
+                        "updated_at, memory_count, revision) VALUES (:id, :id, '', 't', 't', 0, 0)"
+                    ),
+                    {"id": store},
+                )
+                for path in paths:
+                    conn.execute(
+                        text("INSERT INTO directories VALUES (:store, :path, 't')"),
+                        {"store": store, "path": path},
+                    )
+        upgrade(engine)
+        service = MemoryService(engine)
+        assert service.store_usage("memstore_a")["directories"] == 3
+        assert service.store_usage("memstore_b")["directories"] == 0
+        service.make_directory("memstore_b", "/new")
+        service.remove_directory("memstore_a", "/z")
+        assert service.store_usage("memstore_a")["directories"] == 2
+        assert service.store_usage("memstore_b")["directories"] == 1
+        assert service.check().problems == []
+        service.close()
+        with engine.sqlalchemy().connect() as conn:
+            _downgrade(conn, "0016")
+            conn.execute(text("INSERT INTO directories VALUES ('memstore_b', '/more/', 't')"))
+            conn.commit()
+            columns = conn.execute(text("SELECT * FROM memory_stores")).keys()
+            assert "directory_count" not in columns
+        engine.dispose()
+    finally:
+        if drop is not None:
+            drop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import select
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -305,3 +306,41 @@ def test_a_store_keeps_a_bounded_number_of_directories(
     service.remove_directory(store_id, "/d/00000")
     assert service.make_directory(store_id, "/one/more").path == "/one/more/"
     assert len(service.explicit_directories(store_id)) == most
+
+
+def test_the_directory_count_keeps_in_step(service: MemoryService, store_id: str) -> None:
+    """mkdir's limit reads the count in the store's row (0017), not the rows themselves, so
+    every way a directory is made or goes must move it: mkdir, rmdir, keeping an emptied
+    directory, a directory's rename, a folder import, an export and import, a store's
+    removal; ``db check`` finds a count out of step."""
+
+    def counted(store: str) -> int:
+        kept = len(service.explicit_directories(store))
+        assert service.store_usage(store)["directories"] == kept
+        return kept
+
+    service.make_directory(store_id, "/a/b")
+    service.make_directory(store_id, "/a/b/c")
+    service.make_directory(store_id, "/gone")
+    note = service.create_memory(store_id, "/kept/note.md", "the only file here")
+    service.delete_memory(store_id, note.id, keep_directory=True)
+    service.remove_directory(store_id, "/gone")
+    assert counted(store_id) == 3  # /a/b/, /a/b/c/, /kept/
+    service.move_directory(store_id, "/a/", "/z/")
+    assert counted(store_id) == 3
+    service.import_files(store_id, lambda: [FileIn("/x", directory=True)])
+    assert counted(store_id) == 4
+
+    records: list[Any] = []
+    service.export_store(store_id, records.append)
+    copy = service.import_store(lambda: iter(records), name="Copy").id
+    assert counted(copy) == 4
+    service.delete_store(copy)
+    assert service.check().problems == []
+
+    def out_of_step(tx: Any) -> None:
+        tx.run("UPDATE memory_stores SET directory_count = 9 WHERE id = :id", {"id": store_id})
+
+    service.db.run(out_of_step, write=True)
+    [problem] = service.check().problems
+    assert f"store {store_id}: directory_count is 9 but it keeps 4 directories" in problem

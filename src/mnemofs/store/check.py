@@ -4,7 +4,7 @@ After a crash, a power cut or a hand edit, an admin wants one answer: is every s
 its committed history says? This module checks, read-only, in one transaction:
 
 - the database engine's own view (SQLite ``integrity_check`` and ``foreign_key_check``);
-- every store's ``memory_count`` against its rows;
+- every store's ``memory_count`` and ``directory_count`` against its rows;
 - every live memory's head: it exists, belongs to it, is its newest version, is not a
   deletion, and carries the memory's path and content;
 - every stored hash against its content (memories and versions), and every size;
@@ -71,6 +71,18 @@ def check(tx: Tx, store_id: str | None = None) -> CheckReport:
             problems.append(
                 f"store {row.id}: memory_count is {row.memory_count} but it holds "
                 f"{row.actual} memories"
+            )
+
+    for row in tx.all(
+        "SELECT s.id, s.directory_count, COUNT(d.path) AS actual FROM memory_stores s "
+        f"LEFT JOIN directories d ON d.store_id = s.id{store_where} "
+        "GROUP BY s.id, s.directory_count",
+        scope,
+    ):
+        if row.directory_count != row.actual:
+            problems.append(
+                f"store {row.id}: directory_count is {row.directory_count} but it keeps "
+                f"{row.actual} directories"
             )
 
     for row in tx.all(

@@ -44,6 +44,8 @@ TABLES = (
     "api_keys",
     "session_tokens",
 )
+# Kept by the target's own triggers as the rows arrive (0017): copied, they would count twice.
+_COUNTED = {"memory_stores": {"directory_count"}}
 # What the digests cover: enough to show that every version and memory arrived intact.
 _DIGESTS = {
     "memory_versions": "id, memory_id, operation, path, content_sha256, redacted_at",
@@ -83,7 +85,8 @@ def copy_database(
     def run(src: Tx) -> None:
         _refuse_foreign_rows(src, target)
         for table in TABLES:
-            columns = [c.name for c in metadata.tables[table].columns]
+            counted = _COUNTED.get(table, set())
+            columns = [c.name for c in metadata.tables[table].columns if c.name not in counted]
             keys = [c.name for c in metadata.tables[table].primary_key.columns]
             report.rows[table] = _count(src, table)
             report.copied[table] = 0

@@ -546,10 +546,9 @@ def _path_verdict(
     return None
 
 
-# How many directories the store keeps, counted up to the limit only (an index range).
-_DIRECTORIES_KEPT = (
-    "SELECT count(*) FROM (SELECT 1 FROM directories WHERE store_id = :store LIMIT :most) AS d"
-)
+# How many directories the store keeps, kept in step with the table by triggers (migration
+# 0017): one row read, however many.
+_DIRECTORIES_KEPT = "SELECT directory_count FROM memory_stores WHERE id = :store"
 
 
 def directory_room_guard(store_id: str) -> tuple[str, dict[str, Any]]:
@@ -575,9 +574,8 @@ def directories_full(store_id: str, path: str) -> StoreFull:
 
 
 def directories_kept(tx: Tx, store_id: str) -> int:
-    """How many directories the store keeps, up to the most it may."""
-    most = limits.MAX_DIRECTORIES_PER_STORE
-    return int(tx.scalar(_DIRECTORIES_KEPT, {"store": store_id, "most": most}))
+    """How many directories the store keeps (0 for a store that is not there)."""
+    return int(tx.scalar(_DIRECTORIES_KEPT, {"store": store_id}) or 0)
 
 
 def directory_room(tx: Tx, store_id: str, path: str) -> None:

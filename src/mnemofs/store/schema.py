@@ -69,6 +69,9 @@ memory_stores = Table(
     # Live memories in the store, kept in step by every create/delete so the limit check and
     # statfs never count rows.
     Column("memory_count", Integer, nullable=False, default=0),
+    # Its rows in `directories`, kept in step by triggers (0017) so mkdir's limit check never
+    # counts rows.
+    Column("directory_count", Integer, nullable=False, server_default="0"),
     # Bumped by every change to the store's memories, directories or metadata: a cheap
     # "did anything change since I last looked" for mounts and sync workers.
     Column("revision", BigInteger, nullable=False, default=0),

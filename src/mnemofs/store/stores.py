@@ -41,6 +41,7 @@ from mnemofs.store.rows import (
     _validate_store_name,
     _validate_time,
     _validate_user,
+    directories_kept,
     utc_now,
 )
 from mnemofs.store.searchmarks import forget_marks
@@ -151,12 +152,9 @@ class StoresMixin(ServiceBase):
                 "WHERE store_id = :store",
                 params,
             )
-            directories = tx.scalar(
-                "SELECT count(*) FROM directories WHERE store_id = :store", params
-            )
             return {
                 "memories": int(row.memory_count),
-                "directories": int(directories),
+                "directories": directories_kept(tx, store_id),
                 "versions": int(versions.n),
                 "texts": int(texts.n),
                 "text_bytes": int(texts.bytes),
