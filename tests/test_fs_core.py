@@ -436,3 +436,20 @@ def test_notice_log_size_follows_its_text() -> None:
         log.add("refusals", f"line {i} ✓ " + "x" * (i % 7))
         assert log.sizes["refusals"] == len(log.text("refusals"))
     assert len(log.lines["refusals"]) == NoticeLog.KEPT
+
+
+def test_a_refused_rename_leaves_the_directory_as_it_was(fs: MemoryFs) -> None:
+    """A rename the store refuses (the source's bytes are no text) changes nothing: both
+    names stay, and so do the directory's mtime and ctime, over a saved target and over one
+    still open and never saved (which is taken out of the directory and put back)."""
+    root = store_root(fs)
+    write_file(fs, root, "page.md.tmp", b"downloaded\0page")
+    _, fh = fs.create(root.ino, "new.md")
+    for target in ("a.md", "new.md"):
+        before = (root.mtime_ns, root.ctime_ns)
+        with pytest.raises(errors.InvalidContent):
+            fs.rename(root.ino, "page.md.tmp", root.ino, target)
+        assert (root.mtime_ns, root.ctime_ns) == before, target
+        assert {"page.md.tmp", "a.md", "new.md"} <= set(root.children)
+    fs.release(fh)
+    assert stored(fs) == {"/a.md": "alpha", "/new.md": ""}

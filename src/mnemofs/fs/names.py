@@ -142,15 +142,18 @@ class NamesMixin(FilesMixin):
         """``rename(node, target)``: the target keeps its id and takes node's content."""
         if target.memory_id is None:  # the target was never saved: plain replace
             dst_dir, path = target.parent or self.root, self.path(target)
+            times = dst_dir.mtime_ns, dst_dir.ctime_ns
             self._detach(target)
             try:
                 self._rename_file(mount, node, dst_dir, target.name, path)
             except BaseException:
                 # A failed rename changes neither name: the target (open, or temporary) is
-                # put back as it was, and saved at its close as if nothing had happened.
+                # put back as it was, and saved at its close as if nothing had happened; its
+                # directory's times too.
                 target.unlinked = False
                 self.nodes[target.ino] = target
                 set_child(dst_dir, target.name, target)
+                dst_dir.mtime_ns, dst_dir.ctime_ns = times
                 raise
             return
         self.save(node)  # an open, dirty source is saved first (temporary ones are not)
