@@ -725,3 +725,42 @@ def test_full_store_says_enospc_but_temporary_files_still_work(env: Env) -> None
     assert env.memory("/notes/todo.md").content == "- buy juice\n"
     assert env.service.get_store(env.rw_id).memory_count == 10_000
     assert len(env.service.list_versions(env.rw_id, limit=5).data) == before
+
+
+def test_an_edit_that_keeps_a_backup_keeps_the_path_s_history(env: Env) -> None:
+    """``sed -i.bak`` renames the file to its backup, then its output over the name. The name
+    keeps its memory and history (one new version), and the backup is a new memory with the
+    old text; a rename to another name, then a new file at the old one, is two memories."""
+    notes = env.rw / "notes"
+    todo = env.memory("/notes/todo.md")
+    run("sed", "-i.bak", "s/milk/bread/", str(notes / "todo.md"))
+    assert (notes / "todo.md").read_text() == "- buy bread\n"
+    assert (notes / "todo.md.bak").read_text() == "- buy milk\n"
+    assert env.memory("/notes/todo.md").id == todo.id
+    backup = env.memory("/notes/todo.md.bak")
+    assert backup.id != todo.id
+    assert backup.content == "- buy milk\n"
+    assert os.getxattr(notes / "todo.md.bak", "user.mnemofs.memory_id").decode() == backup.id
+    assert len(os.listdir(env.rw / ".history" / "notes" / "todo.md")) == 3  # made, away, back
+    assert len(os.listdir(env.rw / ".history" / "notes" / "todo.md.bak")) == 1
+    os.rename(notes / "todo.md", notes / "done.md")
+    (notes / "todo.md").write_text("- a new list\n")
+    assert env.memory("/notes/done.md").id == todo.id
+    assert env.memory("/notes/todo.md").id not in (todo.id, backup.id)
+
+
+def test_perl_s_backup_keeps_the_path_s_history_too(env: Env) -> None:
+    """``perl -i.bak`` writes its output to a file with a name like any other (saved as a
+    memory of its own), renames the file to its backup, then its output to the name: the
+    name keeps its memory, the output's own short history is folded away, as a temporary
+    file's is, and the backup is a new memory."""
+    notes = env.rw / "notes"
+    todo = env.memory("/notes/todo.md")
+    run("perl", "-pi.bak", "-e", "s/milk/tea/", str(notes / "todo.md"))
+    assert sorted(os.listdir(notes)) == ["todo.md", "todo.md.bak"]
+    assert (notes / "todo.md").read_text() == "- buy tea\n"
+    assert env.memory("/notes/todo.md").id == todo.id
+    assert env.memory("/notes/todo.md.bak").content == "- buy milk\n"
+    assert env.paths() == ["/notes/todo.md", "/notes/todo.md.bak"]
+    ids = {v.memory_id for v in env.service.list_versions(env.rw_id, limit=50).data}
+    assert len(ids) == 2  # the path's memory and the backup: perl's output left no history

@@ -344,3 +344,72 @@ def test_the_directory_count_keeps_in_step(service: MemoryService, store_id: str
     service.db.run(out_of_step, write=True)
     [problem] = service.check().problems
     assert f"store {store_id}: directory_count is 9 but it keeps 4 directories" in problem
+
+
+def test_take_back_keeps_the_path_s_memory(service: MemoryService, store_id: str) -> None:
+    """``sed -i.bak``: the file is renamed to its backup, and a new file saved at its name. The
+    memory comes back to the name with the new content, one version; the backup is a new
+    memory holding the old content. In one transaction, refused with nothing written when
+    the memory is not where and what the mount saw."""
+    note = service.create_memory(store_id, "/f.md", "one\ntwo\n")
+    service.update_memory(store_id, note.id, path="/f.md.bak")
+    before = service.store_usage(store_id)
+
+    def attempt(sha: str, at: str = "/f.md.bak") -> tuple[Memory, Memory]:
+        return service.take_back(
+            store_id, note.id, "/f.md", "one\n2\n", backup_path=at, backup_sha256=sha
+        )
+
+    old = service.get_memory(store_id, note.id).content_sha256
+    with pytest.raises(errors.PreconditionFailed):  # changed since the mount saw it
+        attempt("0" * 64)
+    with pytest.raises(errors.PreconditionFailed):  # moved since
+        attempt(old, at="/elsewhere.bak")
+    assert service.store_usage(store_id) == before
+    moved, backup = attempt(old)
+    assert (moved.id, moved.path, moved.content) == (note.id, "/f.md", "one\n2\n")
+    assert backup.id != note.id
+    assert tree(service, store_id) == {"/f.md": "one\n2\n", "/f.md.bak": "one\ntwo\n"}
+    history = service.list_versions(store_id, memory_id=note.id, limit=10).data
+    assert [(v.path, v.content_size_bytes) for v in history][:2] == [("/f.md", 6), ("/f.md.bak", 8)]
+    assert len(service.list_versions(store_id, memory_id=backup.id, limit=10).data) == 1
+    assert service.store_usage(store_id)["memories"] == 2
+    with pytest.raises(errors.PreconditionFailed):  # the memory is back at /f.md: not again
+        attempt(old)
+    assert service.check().problems == []
+
+
+def test_take_back_from_a_file_of_its_own(service: MemoryService, store_id: str) -> None:
+    """``perl -i.bak``: the output was saved as a memory of its own before its rename to the
+    name. The path's memory takes its content; the output goes, folded away when it is a
+    temporary file of this save (as ``rename_over`` folds), else closed with a deletion."""
+    for fold in (True, False):
+        note = service.create_memory(store_id, f"/{fold}.md", "old\n", actor="mount")
+        service.update_memory(store_id, note.id, path=f"/{fold}.md.bak", actor="mount")
+        out = service.create_memory(store_id, f"/out-{fold}", "new\n", actor="mount")
+        with pytest.raises(errors.InvalidRequest):  # a content, or a source's: not both
+            service.take_back(
+                store_id, note.id, "/x", "new\n", backup_path="/y", backup_sha256="", source_id="z"
+            )
+        moved, backup = service.take_back(
+            store_id,
+            note.id,
+            f"/{fold}.md",
+            None,
+            backup_path=f"/{fold}.md.bak",
+            backup_sha256=service.get_memory(store_id, note.id).content_sha256,
+            source_id=out.id,
+            fold=fold,
+            actor="mount",
+        )
+        assert (moved.id, moved.content) == (note.id, "new\n")
+        assert service.get_memory(store_id, backup.id).content == "old\n"
+        left = [v.operation for v in service.list_versions(store_id, memory_id=out.id).data]
+        assert left == ([] if fold else ["deleted", "created"])
+    assert tree(service, store_id) == {
+        "/True.md": "new\n",
+        "/True.md.bak": "old\n",
+        "/False.md": "new\n",
+        "/False.md.bak": "old\n",
+    }
+    assert service.check().problems == []

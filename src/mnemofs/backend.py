@@ -84,6 +84,20 @@ class Backend(Protocol):
         fold: bool = False,
     ) -> Memory: ...
 
+    def take_back(
+        self,
+        store_id: str,
+        memory_id: str,
+        path: str,
+        content: str | Content | None,
+        *,
+        backup_path: str,
+        backup_sha256: str,
+        source_id: str | None = None,
+        fold: bool = False,
+        actor: str | None = None,
+    ) -> tuple[Memory, Memory]: ...
+
     def move_directory(
         self, store_id: str, old: str, new: str, *, actor: str | None = None
     ) -> int: ...

@@ -299,6 +299,31 @@ class RemoteBackend:
         body = {"source_id": source_id, "target_id": target_id, "fold": fold}
         return _memory(self._call("POST", f"{self._store(store_id)}/rename_over", body))
 
+    def take_back(
+        self,
+        store_id: str,
+        memory_id: str,
+        path: str,
+        content: str | Content | None,
+        *,
+        backup_path: str,
+        backup_sha256: str,
+        source_id: str | None = None,
+        fold: bool = False,
+        actor: str | None = None,
+    ) -> tuple[Memory, Memory]:
+        body = {
+            "memory_id": memory_id,
+            "path": path,
+            "content": content.text if isinstance(content, Content) else content,
+            "backup_path": backup_path,
+            "backup_sha256": backup_sha256,
+            "source_id": source_id,
+            "fold": fold,
+        }
+        data = self._call("POST", f"{self._store(store_id)}/take_back", body)
+        return _memory(data["memory"]), _memory(data["backup"])
+
     def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
         body = {"old": old, "new": new}
         return int(self._call("POST", f"{self._store(store_id)}/move_directory", body)["moved"])

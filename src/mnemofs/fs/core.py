@@ -23,6 +23,9 @@ How files become versions
 - A file created through this mount and renamed over another within ``FOLD_WINDOW_S`` is
   folded: the target takes its content as one version and the new file's own history is
   dropped, so ``write tmp; rename tmp target`` leaves exactly one version whatever the name.
+- A saved file renamed to a backup of its name (``f.bak``, ``f~``) and a new file saved at
+  the name within ``BACKUP_WINDOW_S`` is one edit that kept a backup (``sed -i.bak``): the
+  name takes its memory back, and the backup becomes a new memory (``_take_back``).
 """
 
 from __future__ import annotations

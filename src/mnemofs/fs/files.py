@@ -12,12 +12,14 @@ from typing import NoReturn
 
 from mnemofs import limits
 from mnemofs.content import Content, never_text
-from mnemofs.errors import MnemofsError, NotFound, Unavailable
+from mnemofs.errors import MnemofsError, NotFound, PathConflict, PreconditionFailed, Unavailable
 from mnemofs.fs.nodes import (
+    BACKUP_WINDOW_S,
     BUFFER_BYTES,
     BUFFER_OVERHEAD_BYTES,
     CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
+    FOLD_WINDOW_S,
     TEMP_GRACE_S,
     TEMP_KEPT_BYTES,
     TEMP_KEPT_HINT,
@@ -31,6 +33,7 @@ from mnemofs.fs.nodes import (
     errno_for,
 )
 from mnemofs.fs.tree import TreeBase
+from mnemofs.models import Memory
 from mnemofs.paths import TEMP_NAME
 
 log = logging.getLogger("mnemofs.fs")
@@ -328,9 +331,13 @@ class FilesMixin(TreeBase):
             if node.memory_id is not None and content.sha256 == node.sha256:
                 of.dirty = False  # identical content: no version
                 return
-            memory, created = self.service.save_file(
-                mount.store_id, path, content, memory_id=node.memory_id, actor=self.actor
-            )
+            taken = None if node.memory_id is not None else self._take_back(mount, path, content)
+            if taken is not None:
+                memory, created = taken, True  # and the backup: one memory more, as a create
+            else:
+                memory, created = self.service.save_file(
+                    mount.store_id, path, content, memory_id=node.memory_id, actor=self.actor
+                )
             if created:
                 mount.count += 1
         except (MnemofsError, FsError):
@@ -340,6 +347,44 @@ class FilesMixin(TreeBase):
         of.dirty = of.unknown = False
         self._apply_memory(node, memory)
         self._cache(node, data)
+
+    def _take_back(
+        self, mount: StoreMount, path: str, content: Content | None, source: Node | None = None
+    ) -> Memory | None:
+        """A new file saved at ``path`` just after the file there was renamed to a backup of
+        its name (``sed -i.bak``, Emacs), or a file saved under another name and renamed to it
+        (``source``: ``perl -i.bak``): the memory comes back to ``path`` with the new content,
+        and the backup becomes a new memory (``Backend.take_back``), so the path's history
+        goes on under its id. None (save or rename as ever) unless the backup is still there,
+        as it was renamed, within ``BACKUP_WINDOW_S``."""
+        backup = self.backups.pop((mount.store_id, path), None)
+        if backup is None or time.monotonic() - backup.at > BACKUP_WINDOW_S:
+            return None
+        node = backup.node
+        dirty = node.file is not None and node.file.dirty
+        if node.unlinked or dirty or node.memory_id != backup.memory_id or backup.sha256 is None:
+            return None
+        if node.sha256 != backup.sha256 or self.path(node) != backup.path:
+            return None
+        born = source.born if source is not None else 0.0
+        try:
+            memory, kept = self.service.take_back(
+                mount.store_id,
+                backup.memory_id,
+                path,
+                content,
+                backup_path=backup.path,
+                backup_sha256=backup.sha256,
+                source_id=source.memory_id if source is not None else None,
+                fold=bool(born) and time.monotonic() - born < FOLD_WINDOW_S,
+                actor=self.actor,
+            )
+        except (PreconditionFailed, NotFound, PathConflict):
+            return None  # changed elsewhere meanwhile: as if there were no backup
+        mtime = node.mtime_ns  # the backup is the old file: its time stays
+        self._apply_memory(node, kept)
+        node.mtime_ns = mtime
+        return memory
 
     def _undo_failed_save(self, node: Node) -> None:
         assert node.file is not None

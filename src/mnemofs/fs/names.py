@@ -11,12 +11,15 @@ from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.fs.files import FilesMixin
 from mnemofs.fs.history import HISTORY
 from mnemofs.fs.nodes import (
+    BACKUP_WINDOW_S,
     FOLD_WINDOW_S,
+    Backup,
     FsError,
     Node,
     StoreMount,
     _now_ns,
     drop_child,
+    is_backup_name,
     set_child,
 )
 from mnemofs.paths import TEMP_NAME
@@ -114,16 +117,23 @@ class NamesMixin(FilesMixin):
         self, mount: StoreMount, node: Node, dst_dir: Node, new_name: str, new_path: str
     ) -> None:
         if node.memory_id is not None:
-            memory = self.service.update_memory(
-                mount.store_id,
-                node.memory_id,
-                path=new_path,
-                actor=self.actor,
-                keep_directory=True,
-            )
+            taken = self._take_back(mount, new_path, None, source=node)
+            if taken is not None:  # the backup is new and the source gone: the count stays
+                node.born = 0.0  # the path's old memory now: never folded into another
+                memory = taken
+            else:
+                memory = self.service.update_memory(
+                    mount.store_id,
+                    node.memory_id,
+                    path=new_path,
+                    actor=self.actor,
+                    keep_directory=True,
+                )
             self._apply_memory(node, memory)
         was = (node.parent or self.root, node.name)
         self._move(node, dst_dir, new_name)
+        if node.memory_id is not None and was[0] is dst_dir and is_backup_name(new_name, was[1]):
+            self._backed_up(mount, node, self.path(was[0]).rstrip("/") + "/" + was[1])
         if node.temporary and not TEMP_NAME.match(new_name):
             node.temporary = False  # a real name now: save it like any file
             if node.file is not None and node.file.opens == 0:
@@ -137,6 +147,17 @@ class NamesMixin(FilesMixin):
                     raise
                 finally:
                     self._drop_clean_buffer(node)
+
+    def _backed_up(self, mount: StoreMount, node: Node, old_path: str) -> None:
+        """``node`` (saved) was renamed from ``old_path`` to a backup of its name: a new file
+        saved there soon takes its memory back (``FilesMixin._take_back``)."""
+        now = time.monotonic()
+        for key in [k for k, b in self.backups.items() if now - b.at > BACKUP_WINDOW_S]:
+            del self.backups[key]
+        assert node.memory_id is not None
+        self.backups[(mount.store_id, old_path)] = Backup(
+            node.memory_id, node, self.path(node), node.sha256, now
+        )
 
     def _rename_over(self, mount: StoreMount, node: Node, target: Node) -> None:
         """``rename(node, target)``: the target keeps its id and takes node's content."""

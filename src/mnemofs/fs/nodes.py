@@ -32,6 +32,11 @@ BUFFERS_HINT = "close files you are done with: a mount holds at most 256 MiB of 
 
 FOLD_WINDOW_S = 300.0
 
+# A saved file renamed to a backup of its name (``f`` to ``f.bak``, ``f~``, ``f.orig``) and a
+# new file saved at the name within this long is one edit that kept a backup (``sed -i.bak``,
+# ``perl -i.bak``, Emacs): the name keeps its memory, and the backup becomes a new one.
+BACKUP_WINDOW_S = 2.0
+
 
 # Saved content kept in the daemon: at most this many files and this many bytes, the least
 # recently used going first (a miss reads the store: one indexed row).
@@ -157,6 +162,22 @@ class Node:
     @property
     def current_size(self) -> int:
         return len(self.file.data) if self.file is not None else self.size
+
+
+@dataclass(eq=False)
+class Backup:
+    """A saved file just renamed to a backup of its name (see ``BACKUP_WINDOW_S``)."""
+
+    memory_id: str
+    node: Node
+    path: str  # the backup's store path
+    sha256: str | None
+    at: float  # time.monotonic() of the rename
+
+
+def is_backup_name(name: str, of: str) -> bool:
+    """``f.bak``, ``f~``, ``f.orig``, ``f.~1~`` back ``f`` up."""
+    return name != of and name.startswith(of)
 
 
 @dataclass(eq=False)

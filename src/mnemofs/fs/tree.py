@@ -12,6 +12,7 @@ from mnemofs import limits
 from mnemofs.backend import Backend
 from mnemofs.fs.nodes import (
     ROOT_INO,
+    Backup,
     FsError,
     Handle,
     Invalidation,
@@ -42,6 +43,9 @@ class TreeBase:
         # looks at, rather than every node of a full store four times a second.
         self.temporaries: set[Node] = set()
         self.by_memory: dict[str, Node] = {}  # memory id -> its node, for changes from elsewhere
+        # (store id, path) -> the saved file just renamed from it to a backup of its name
+        # (fs/files.py ``_take_back``); entries last BACKUP_WINDOW_S.
+        self.backups: dict[tuple[str, str], Backup] = {}
         # Names that vanished without the kernel's doing (a new file whose first save failed):
         # the adapter tells the kernel to forget them.
         self.vanished: list[Invalidation] = []

@@ -39,6 +39,16 @@ class RenameOver(BaseModel):
     fold: bool = False
 
 
+class TakeBack(BaseModel):
+    memory_id: str
+    path: str
+    content: str | None = None
+    backup_path: str
+    backup_sha256: str
+    source_id: str | None = None
+    fold: bool = False
+
+
 class MoveDirectory(BaseModel):
     old: str
     new: str
@@ -273,6 +283,31 @@ async def rename_over(request: Request, store_id: str) -> Response:
         fold=body.fold,
     )
     return reply(memory)
+
+
+@router.post(
+    "/memory_stores/{store_id}/take_back",
+    summary="A save that kept a backup (sed -i.bak): the path keeps its memory",
+    openapi_extra=_documented(TakeBack),
+)
+async def take_back(request: Request, store_id: str) -> Response:
+    body = await _body(request, TakeBack)
+    caller = caller_of(request)
+    attachment(caller, store_id, write=True)
+    memory, backup = await run(
+        request,
+        service(request).take_back,
+        store_id,
+        body.memory_id,
+        body.path,
+        body.content,
+        backup_path=body.backup_path,
+        backup_sha256=body.backup_sha256,
+        source_id=body.source_id,
+        fold=body.fold,
+        actor=caller.actor,
+    )
+    return reply({"memory": memory.to_dict(), "backup": backup.to_dict()})
 
 
 @router.post(

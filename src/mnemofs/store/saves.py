@@ -4,7 +4,9 @@ over a target (with folds), directory moves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 from mnemofs import limits
 from mnemofs.content import Content
@@ -13,6 +15,7 @@ from mnemofs.errors import (
     ContentTooLarge,
     InvalidRequest,
     NotFound,
+    PreconditionFailed,
     SecretDetected,
 )
 from mnemofs.models import (
@@ -258,24 +261,10 @@ class SavesMixin(ServiceBase):
             lock = self._lock_only(tx, store_id, -1)
             source_of = self._memory_ahead(tx, store_id, source_id, content=True)
             target_of = self._memory_ahead(tx, store_id, target_id)
-            last = fold and tx.ahead(
-                "SELECT actor FROM memory_versions WHERE memory_id = :id "
-                "ORDER BY seq DESC LIMIT :n",
-                {"id": source_id, "n": FOLD_MAX_VERSIONS + 1},
-            )
+            last = self._last_actors(tx, source_id) if fold else None
             lock()
             source, target = source_of(), target_of()
-            now = utc_now()
-            folded = False
-            if last and source.content_sha256 != target.content_sha256:
-                actors = last()
-                folded = len(actors) <= FOLD_MAX_VERSIONS and all(r.actor == who for r in actors)
-            if folded:
-                tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source_id})
-                tx.run("DELETE FROM memories WHERE id = :id", {"id": source_id})
-                self._keep_directory(tx, store_id, source.path, now)
-            else:
-                self._remove_memory(tx, store_id, source, actor, now, keep_directory=True)
+            folded = self._drop_source(tx, store_id, source, target, last, who, actor)
             moved = Content.stored(source.content, source.content_sha256, source.size_bytes)
             return self._apply_update(
                 tx,
@@ -292,6 +281,106 @@ class SavesMixin(ServiceBase):
             self._forget(source_id)
             self._remember(saved)
         return saved
+
+    def _last_actors(self, tx: Tx, memory_id: str) -> Callable[[], list[Any]]:
+        """Who made a memory's last versions, enough of them to tell a fold (``Tx.ahead``). A
+        temporary file of one save has a version or two; looking at no more than that keeps
+        this cheap for a file with thousands."""
+        return tx.ahead(
+            "SELECT actor FROM memory_versions WHERE memory_id = :id ORDER BY seq DESC LIMIT :n",
+            {"id": memory_id, "n": FOLD_MAX_VERSIONS + 1},
+        )
+
+    def _drop_source(
+        self,
+        tx: Tx,
+        store_id: str,
+        source: Any,
+        target: Any,
+        last: Callable[[], list[Any]] | None,
+        who: str,
+        actor: str | None,
+    ) -> bool:
+        """The source of a rename over ``target`` goes: folded (its history dropped) when
+        ``last`` says it is a temporary file of this save (see ``rename_over``), else closed
+        with a ``deleted`` version; its directory stays. Whether it was folded."""
+        now = utc_now()
+        folded = False
+        if last is not None and source.content_sha256 != target.content_sha256:
+            actors = last()
+            folded = len(actors) <= FOLD_MAX_VERSIONS and all(r.actor == who for r in actors)
+        if folded:
+            tx.run("DELETE FROM memory_versions WHERE memory_id = :id", {"id": source.id})
+            tx.run("DELETE FROM memories WHERE id = :id", {"id": source.id})
+            self._keep_directory(tx, store_id, source.path, now)
+        else:
+            self._remove_memory(tx, store_id, source, actor, now, keep_directory=True)
+        return folded
+
+    def take_back(
+        self,
+        store_id: str,
+        memory_id: str,
+        path: str,
+        content: str | Content | None,
+        *,
+        backup_path: str,
+        backup_sha256: str,
+        source_id: str | None = None,
+        fold: bool = False,
+        actor: str | None = None,
+    ) -> tuple[Memory, Memory]:
+        """A save that backs the old file up first (``sed -i.bak``, ``perl -i.bak``, Emacs):
+        ``memory_id`` was just renamed from ``path`` to ``backup_path``, and a new file is
+        saved at ``path``. The memory goes back to ``path`` with the new content (one
+        version), and ``backup_path`` becomes a new memory holding what it held there, so the
+        path's history goes on under its own id, as a rename over it would keep it.
+
+        ``source_id`` (``content`` None): the new file was saved as a memory of its own and
+        then renamed to ``path`` (``perl -i.bak`` writes a file with a name like any other).
+        Its content is the one taken, and it goes as in ``rename_over`` (``fold``: its history
+        dropped if it is a temporary file of this save).
+
+        One transaction; PreconditionFailed (nothing written) when the memory is no longer at
+        ``backup_path`` with ``backup_sha256``. Returns the memory and the backup."""
+        path, backup_path = validate_path(path), validate_path(backup_path)
+        if (content is None) == (source_id is None):
+            raise InvalidRequest("take_back takes a content or a source_id, not both")
+        who = actor or self.actor
+
+        def run(tx: Tx) -> tuple[Memory, Memory]:
+            lock = self._lock_and_count(tx, store_id, 0 if source_id else +1, room_for=backup_path)
+            found = self._memory_ahead(tx, store_id, memory_id, content=True)
+            source_of = source_id and self._memory_ahead(tx, store_id, source_id, content=True)
+            last = self._last_actors(tx, source_id) if source_id and fold else None
+            free = self._path_check(tx, store_id, path)
+            policy, row = lock(), found()
+            if row.path != backup_path or row.content_sha256 != backup_sha256:
+                raise PreconditionFailed(
+                    f"memory {memory_id} is at {row.path!r} with content_sha256 "
+                    f"{row.content_sha256}, not at {backup_path!r} with {backup_sha256}"
+                )
+            free()
+            folded = False
+            if source_of:
+                source = source_of()
+                folded = self._drop_source(tx, store_id, source, row, last, who, actor)
+                new = Content.stored(source.content, source.content_sha256, source.size_bytes)
+            else:
+                new = Content.from_text(content or "")
+                _screen(policy, store_id, path, new.text, row.content)
+            moved = self._apply_update(
+                tx, store_id, row, path, new, actor, folded_id=source_id if folded else None
+            )
+            kept = Content.stored(row.content, row.content_sha256, row.size_bytes)
+            return moved, self._insert_memory(tx, store_id, backup_path, kept, actor)
+
+        moved, backup = self._write(run)
+        if self.db.dialect == "postgresql":
+            if source_id is not None:
+                self._forget(source_id)
+            self._remember(moved)
+        return moved, backup
 
     def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
         """Move a directory and everything under it (one ``renamed`` version per memory) in one
