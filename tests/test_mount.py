@@ -730,7 +730,8 @@ def test_full_store_says_enospc_but_temporary_files_still_work(env: Env) -> None
 def test_an_edit_that_keeps_a_backup_keeps_the_path_s_history(env: Env) -> None:
     """``sed -i.bak`` renames the file to its backup, then its output over the name. The name
     keeps its memory and history (one new version), and the backup is a new memory with the
-    old text; a rename to another name, then a new file at the old one, is two memories."""
+    old text; so with Emacs' ``f~`` and a new file written at the name. A rename to another
+    name, then a new file at the old one, is two memories."""
     notes = env.rw / "notes"
     todo = env.memory("/notes/todo.md")
     run("sed", "-i.bak", "s/milk/bread/", str(notes / "todo.md"))
@@ -743,6 +744,10 @@ def test_an_edit_that_keeps_a_backup_keeps_the_path_s_history(env: Env) -> None:
     assert os.getxattr(notes / "todo.md.bak", "user.mnemofs.memory_id").decode() == backup.id
     assert len(os.listdir(env.rw / ".history" / "notes" / "todo.md")) == 3  # made, away, back
     assert len(os.listdir(env.rw / ".history" / "notes" / "todo.md.bak")) == 1
+    os.rename(notes / "todo.md", notes / "todo.md~")  # Emacs: the backup, then a new file
+    (notes / "todo.md").write_text("- buy bread and jam\n")
+    assert env.memory("/notes/todo.md").id == todo.id
+    assert env.memory("/notes/todo.md~").content == "- buy bread\n"
     os.rename(notes / "todo.md", notes / "done.md")
     (notes / "todo.md").write_text("- a new list\n")
     assert env.memory("/notes/done.md").id == todo.id
