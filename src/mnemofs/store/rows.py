@@ -557,7 +557,7 @@ def directory_room_guard(store_id: str) -> tuple[str, dict[str, Any]]:
     return f"SELECT 1 / (:most - ({_DIRECTORIES_KEPT}))", {"store": store_id, "most": most}
 
 
-# Counted only when the row is not there yet: once per directory, not once per delete.
+# The count is read only when the row is not there yet: once per directory, not per delete.
 _KEEP_DIRECTORY = (
     "INSERT INTO directories (store_id, path, created_at) SELECT :store, :parent, :now "
     "WHERE NOT EXISTS (SELECT 1 FROM directories WHERE store_id = :store AND path = :parent) "

@@ -349,7 +349,13 @@ class SavesMixin(ServiceBase):
         who = actor or self.actor
 
         def run(tx: Tx) -> tuple[Memory, Memory]:
-            lock = self._lock_and_count(tx, store_id, 0 if source_id else +1, room_for=backup_path)
+            # With a source the count stays (the backup is new, the source goes): room is
+            # needed only for a backup that adds a memory, as a create does.
+            lock = (
+                self._lock_and_count(tx, store_id)
+                if source_id
+                else self._lock_and_count(tx, store_id, +1, room_for=backup_path)
+            )
             found = self._memory_ahead(tx, store_id, memory_id, content=True)
             source_of = source_id and self._memory_ahead(tx, store_id, source_id, content=True)
             last = self._last_actors(tx, source_id) if source_id and fold else None
