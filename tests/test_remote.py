@@ -73,8 +73,16 @@ def test_a_token_reaches_its_own_stores_only(engine: Engine, db_url: str, tmp_pa
             backend.save_file(w.theirs, "/x.md", "x")
         with pytest.raises(errors.MnemofsError, match="read_only"):
             backend.save_file(w.docs, "/x.md", "x")
-        _memory, created = backend.save_file(w.notes, "/mine.md", "mine\n")
+        mine, created = backend.save_file(w.notes, "/mine.md", "mine\n")
         assert created
+        # A move with the content it expects (a sync worker's mv): refused if that is not it.
+        with pytest.raises(errors.PreconditionFailed):
+            backend.update_memory(w.notes, mine.id, path="/moved.md", precondition="0" * 64)
+        assert w.service.get_memory(w.notes, mine.id).path == "/mine.md"
+        moved = backend.update_memory(
+            w.notes, mine.id, path="/moved.md", precondition=mine.content_sha256
+        )
+        assert (moved.id, moved.path) == (mine.id, "/moved.md")
         version = w.service.list_versions(w.notes).data[0]
         assert version.created_by is not None
         assert (version.created_by.type, version.created_by.id) == ("session_actor", w.session.id)
@@ -188,6 +196,10 @@ def test_sync_over_http(engine: Engine, db_url: str, tmp_path: Path) -> None:
         version = w.service.list_versions(w.notes).data[0]
         assert version.created_by is not None
         assert version.created_by.id == w.session.id
+        made = w.service.find_memory(w.notes, "/n.md")
+        (root / "notes" / "n.md").rename(root / "notes" / "m.md")
+        assert "1 moved" in once()
+        assert w.service.find_memory(w.notes, "/m.md").id == made.id
         state = json.loads((tmp_path / ".memory.mnemofs-sync.json").read_text())
         assert state["session"] == w.session.id
         assert token_file.read_text() not in (tmp_path / "server.log").read_text()

@@ -132,6 +132,63 @@ def test_both_sides_changed_keeps_both(engine: Engine, db_url: str, tmp_path: Pa
     env.service.close()
 
 
+def test_a_move_in_the_folder_keeps_the_memory_and_its_history(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """``mv`` of a file or a directory moves its memory, as a mount's rename does; what cannot
+    be told apart (empty files), or changed in the store meanwhile, is not taken for a move."""
+    env = make(engine, db_url, tmp_path)
+    for path, text in [("/d/x.md", "ex\n"), ("/d/y.md", "why\n"), ("/c.md", "see\n")]:
+        env.service.create_memory(env.notes, path, text)
+    env.service.create_memory(env.notes, "/e1.md", "")
+    env.service.create_memory(env.notes, "/e2.md", "")
+    ids = {m.path: m.id for m in env.service.list_memories(env.notes)}
+    env.once(interval=1)
+    c = env.service.update_memory(env.notes, ids["/c.md"], content="seen elsewhere\n")
+    run(
+        "sh",
+        "-c",
+        "mv a.md b.md && mv d d2 && mv e1.md f1.md && mv e2.md f2.md && mv c.md c2.md",
+        cwd=env.root / "notes",
+    )
+    out = env.once(interval=1)
+    assert "3 moved" in out, out
+    now = {m.path: m.id for m in env.service.list_memories(env.notes)}
+    assert now["/b.md"] == ids["/a.md"]
+    assert (now["/d2/x.md"], now["/d2/y.md"]) == (ids["/d/x.md"], ids["/d/y.md"])
+    assert "/a.md" not in now
+    assert "/d/x.md" not in now
+    history = [
+        (v.operation, v.path) for v in env.service.list_versions(env.notes, memory_id=ids["/a.md"])
+    ]
+    assert sorted(history) == [("created", "/a.md"), ("modified", "/b.md")]
+    moved = env.service.list_versions(env.notes, memory_id=ids["/a.md"]).data[0]
+    assert moved.created_by is not None
+    assert moved.created_by.id == env.session.id
+    # Two empty files and two new empty ones: which went where cannot be told. New memories.
+    assert now["/f1.md"] not in (ids["/e1.md"], ids["/e2.md"])
+    assert now["/f2.md"] not in (ids["/e1.md"], ids["/e2.md"])
+    # c.md changed in the store after the last pass: its memory stays; c2.md is new, and c.md
+    # comes back with what the store has.
+    assert now["/c.md"] == c.id
+    assert now["/c2.md"] != c.id
+    assert (env.root / "notes" / "c.md").read_text() == "seen elsewhere\n"
+    assert (env.root / "notes" / "c2.md").read_text() == "see\n"
+    time.sleep(1.1)
+    env.once(interval=1)  # the empty files' old memories leave after their hold
+    assert set(env.stored(env.notes)) == {
+        "/b.md",
+        "/c.md",
+        "/c2.md",
+        "/d2/x.md",
+        "/d2/y.md",
+        "/f1.md",
+        "/f2.md",
+    }
+    assert "nothing to do" in env.once(interval=1)
+    env.service.close()
+
+
 def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
@@ -334,6 +391,12 @@ def test_a_watching_worker_looks_only_at_what_changed(
     worker.reconcile()
     assert set().union(*looked) == {"/sub/s.md"}
     assert env.stored(env.notes)["/sub/s.md"] == "edited again\n"
+    moving = env.service.find_memory(env.notes, "/sub/s.md").id
+    (notes / "sub" / "s.md").rename(notes / "s2.md")  # a move, as inotify tells it
+    looked.clear()
+    worker.reconcile()
+    assert set().union(*looked) == {"/sub/s.md", "/s2.md"}
+    assert env.service.find_memory(env.notes, "/s2.md").id == moving
     service.close()
     env.service.close()
 

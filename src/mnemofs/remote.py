@@ -339,10 +339,10 @@ class RemoteBackend:
         actor: str | None = None,
         keep_directory: bool = False,
     ) -> Memory:
-        if precondition is not None:
-            raise errors.InvalidRequest("a remote mount's update takes no precondition")
         text = content.text if isinstance(content, Content) else content
-        body = {"content": text, "path": path, "keep_directory": keep_directory}
+        body: dict[str, Any] = {"content": text, "path": path, "keep_directory": keep_directory}
+        if precondition is not None:
+            body["precondition"] = _precondition(precondition)
         target = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}/update"
         return _memory(self._call("POST", target, body))
 
@@ -475,6 +475,11 @@ class ChangeStream:
 
 
 # -- wire objects into models ----------------------------------------------------------------
+
+
+def _precondition(given: dict[str, str] | str) -> dict[str, str]:
+    """The wire's precondition object (API.md) for a content hash, or that object itself."""
+    return {"type": "content_sha256", "content_sha256": given} if isinstance(given, str) else given
 
 
 def _memory(data: dict[str, Any]) -> Memory:

@@ -12,6 +12,8 @@ read only when the stat moved). Then, per path:
   content is kept beside it as ``<name>.conflict-<version id><ext>`` (locally and as a memory);
 - deleted locally: sent only once the file has stayed missing for a whole interval; a folder
   that lost every file at once is never taken for "delete everything" (refused, reported);
+- moved locally (``mv``, a renamed directory): a new file with the content of a file that went
+  missing is that memory moved, as a mount's rename is: it keeps its id and history;
 - a read_only store: local changes are undone from the store, and what was discarded is logged;
 - a file the store refuses (size, UTF-8, name, count): stays local, reported once per change in
   the log and in ``<root>/.mnemofs-sync-errors``;
@@ -32,7 +34,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,51 +45,22 @@ from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME
 from mnemofs.private import FILE_MODE, private_dir, write_private
+from mnemofs.syncstate import (
+    STATE_FORMAT,
+    UNCHANGED,
+    Entry,
+    Moves,
+    Report,
+    StoreState,
+    folder_lost,
+    moved_within,
+    state_path,
+)
 
 log = logging.getLogger("mnemofs.sync")
 
 ERRORS_FILE = ".mnemofs-sync-errors"
 READ_ONLY_MODE = 0o400
-STATE_FORMAT = 3  # 3: baselines are the folder's, per store (2: per session)
-
-
-@dataclass
-class Entry:
-    """One file as both sides last agreed on it."""
-
-    memory_id: str
-    version_id: str
-    sha256: str
-    mtime_ns: int
-    size: int
-
-
-@dataclass
-class StoreState:
-    last_seq: int = 0
-    files: dict[str, Entry] = field(default_factory=dict)  # store path -> entry
-    missing_since: dict[str, float] = field(default_factory=dict)  # local deletes on hold
-    # Paths a pass could not finish (changed or gone mid-pass, or a link in the way): the next
-    # pass looks at each again, locally and at the store, whatever the feed and inotify say.
-    # Kept in the state file: the next pass may be the next `--once` run.
-    retry: set[str] = field(default_factory=set)
-    folder: str = ""  # the folder under the root this baseline is of (the store's slug)
-
-
-@dataclass
-class Report:
-    uploaded: list[str] = field(default_factory=list)
-    downloaded: list[str] = field(default_factory=list)
-    deleted_remote: list[str] = field(default_factory=list)
-    deleted_local: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
-    discarded: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-def state_path(root: Path) -> Path:
-    """The state file beside the root (never inside it, where the agent works)."""
-    return root.parent / f".{root.name}.mnemofs-sync.json"
 
 
 def _folder_name(attachment: Attachment) -> str:
@@ -229,6 +201,8 @@ class SyncWorker:
             )
         paths |= state.retry
         local.update(self._stat(folder, state.retry - set(local) - links, links))
+        if lost and folder.exists() and moved_within(folder, state, local):
+            lost = False  # moved, not lost: everything into a new folder (`mv *.md old/`)
         if lost:
             message = (
                 f"{folder.path} lost every one of its {len(known)} files at once; not "
@@ -240,6 +214,7 @@ class SyncWorker:
             return
         state.retry = set()
         now = time.time()
+        moves = Moves(state, paths - set(local) if writable else set(), links, remote)
         for path in sorted(paths):
             try:
                 if path in links or any(path.startswith(link + "/") for link in links):
@@ -250,10 +225,11 @@ class SyncWorker:
                     state,
                     path,
                     local.get(path),
-                    remote.get(path, _UNCHANGED),
+                    remote.get(path, UNCHANGED),
                     writable,
                     now,
                     report,
+                    moves,
                 )
             except LinkInPath as exc:
                 state.retry.add(path)
@@ -382,10 +358,11 @@ class SyncWorker:
         writable: bool,
         now: float,
         report: Report,
+        moves: Moves,
     ) -> None:
         base = state.files.get(path)
         if (
-            remote is _UNCHANGED
+            remote is UNCHANGED
             and st is not None
             and base is not None
             and st.st_mtime_ns == base.mtime_ns
@@ -395,6 +372,7 @@ class SyncWorker:
         self.dirty = True
         # What the local side did since the baseline.
         data: bytes | None = None
+        sha = ""
         if st is None:
             local = "missing" if base else "absent"
         elif base and (st.st_mtime_ns, st.st_size) == (base.mtime_ns, base.size):
@@ -409,8 +387,8 @@ class SyncWorker:
                 base.mtime_ns, base.size = st.st_mtime_ns, st.st_size
         if local != "missing":
             state.missing_since.pop(path, None)
-        # What the store did: _UNCHANGED, None (gone) or the memory now at the path.
-        if remote is _UNCHANGED:
+        # What the store did: UNCHANGED, None (gone) or the memory now at the path.
+        if remote is UNCHANGED:
             if local == "same" or local == "absent":
                 return
             if local == "missing":
@@ -420,6 +398,9 @@ class SyncWorker:
             assert data is not None
             if not writable:
                 return self._discard(store_id, folder, state, path, base, report)
+            source = moves.source(path, sha) if base is None else None
+            if source is not None and self._move(store_id, folder, state, source, path, report):
+                return
             return self._upload(store_id, folder, state, path, base, data, report)
         if remote is None:  # gone from the store
             if local in ("same", "missing", "absent"):
@@ -452,6 +433,40 @@ class SyncWorker:
         self._download(store_id, folder, state, memory, report)
 
     # -- the actions ----------------------------------------------------------------------------
+
+    def _move(
+        self,
+        store_id: str,
+        folder: Folder,
+        state: StoreState,
+        source: str,
+        path: str,
+        report: Report,
+    ) -> bool:
+        """``source``'s memory moved to ``path`` (a ``modified`` version, as a mount's rename);
+        False, changing nothing, if it changed or went meanwhile or ``path`` is taken."""
+        base = state.files.get(source)
+        if base is None:  # deleted earlier in this pass: its hold had ended
+            return False
+        try:
+            memory = self.service.update_memory(
+                store_id,
+                base.memory_id,
+                path=path,
+                precondition={"type": "content_sha256", "content_sha256": base.sha256},
+                keep_directory=True,
+            )
+        except MnemofsError as exc:
+            log.info("%s: not taken for a move of %s (%s)", path, source, exc.message)
+            return False
+        state.files.pop(source, None)
+        state.missing_since.pop(source, None)
+        report.moved.append(f"{source} -> {path}")
+        st = folder.stat(path)
+        if st is None:
+            raise FileNotFoundError(path)  # gone since it was read: the next pass sees to it
+        self._remember(state, memory, st)
+        return True
 
     def _upload(
         self,
@@ -567,19 +582,6 @@ class SyncWorker:
         else:
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()  # unlink never follows a link at the name itself
-
-
-class _Unchanged:
-    def __repr__(self) -> str:
-        return "unchanged"
-
-
-_UNCHANGED: Any = _Unchanged()
-
-
-def folder_lost(folder: Folder, local: dict[str, os.stat_result], known: set[str]) -> bool:
-    """Did the folder lose every file the baseline knows, all at once?"""
-    return not folder.exists() or (len(known) > 1 and not (set(local) & known))
 
 
 def _skipped(name: str) -> bool:

@@ -17,7 +17,8 @@ from mnemofs.models import Session
 from mnemofs.private import open_private_log
 from mnemofs.remote import ENV_TOKEN, RemoteBackend
 from mnemofs.store import MemoryService, make_engine
-from mnemofs.sync import ERRORS_FILE, Report, SyncWorker
+from mnemofs.sync import ERRORS_FILE, SyncWorker
+from mnemofs.syncstate import Report
 
 log = logging.getLogger("mnemofs.sync")
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from mnemofs.http.access import attachment, caller_of
+from mnemofs.http.bodies import Precondition
 from mnemofs.http.revisions import Revisions
 from mnemofs.http.stores import run, service
 from mnemofs.http.wire import HttpError, reply
@@ -58,6 +59,7 @@ class Update(BaseModel):
     content: str | None = None
     path: str | None = None
     keep_directory: bool = False
+    precondition: Precondition | None = None
 
 
 class Delete(BaseModel):
@@ -341,6 +343,7 @@ async def update_memory(request: Request, store_id: str, memory_id: str) -> Resp
         memory_id,
         content=body.content,
         path=body.path,
+        precondition=None if body.precondition is None else body.precondition.model_dump(),
         actor=caller.actor,
         keep_directory=body.keep_directory,
     )

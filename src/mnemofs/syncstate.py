@@ -1,0 +1,117 @@
+"""What a sync worker keeps between passes (``sync.py``): per store, the baseline each file was
+last agreed on, the local deletes on hold and the paths left for the next pass; what a pass did;
+and, within a pass, what became of the files the folder no longer holds: moved (where from),
+or all lost at once."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mnemofs.folder import Folder, LinkInPath
+
+STATE_FORMAT = 3  # 3: baselines are the folder's, per store (2: per session)
+
+
+def state_path(root: Path) -> Path:
+    """The state file beside the root (never inside it, where the agent works)."""
+    return root.parent / f".{root.name}.mnemofs-sync.json"
+
+
+@dataclass
+class Entry:
+    """One file as both sides last agreed on it."""
+
+    memory_id: str
+    version_id: str
+    sha256: str
+    mtime_ns: int
+    size: int
+
+
+@dataclass
+class StoreState:
+    last_seq: int = 0
+    files: dict[str, Entry] = field(default_factory=dict)  # store path -> entry
+    missing_since: dict[str, float] = field(default_factory=dict)  # local deletes on hold
+    # Paths a pass could not finish (changed or gone mid-pass, or a link in the way): the next
+    # pass looks at each again, locally and at the store, whatever the feed and inotify say.
+    # Kept in the state file: the next pass may be the next `--once` run.
+    retry: set[str] = field(default_factory=set)
+    folder: str = ""  # the folder under the root this baseline is of (the store's slug)
+
+
+@dataclass
+class Report:
+    uploaded: list[str] = field(default_factory=list)
+    downloaded: list[str] = field(default_factory=list)
+    deleted_remote: list[str] = field(default_factory=list)
+    deleted_local: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)  # "old -> new"
+    conflicts: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Unchanged:
+    def __repr__(self) -> str:
+        return "unchanged"
+
+
+UNCHANGED: Any = Unchanged()
+
+
+class Moves:
+    """Where a new file in a pass may have been moved from: the files the baseline knows that
+    are missing from the folder now, unchanged in the store, by content hash. A new file takes
+    the one missing file with its content and its name (a renamed directory), else the one
+    missing file with its content; where two or more could be it (empty files, copies) it is a
+    new memory. A missing file is taken once."""
+
+    def __init__(
+        self, state: StoreState, missing: set[str], links: set[str], remote: dict[str, Any]
+    ) -> None:
+        self.missing: dict[str, list[str]] = {}
+        for path in sorted(missing):
+            entry = state.files.get(path)
+            if entry is None or remote.get(path, UNCHANGED) is not UNCHANGED:
+                continue
+            if path in links or any(path.startswith(link + "/") for link in links):
+                continue
+            self.missing.setdefault(entry.sha256, []).append(path)
+
+    def source(self, path: str, sha256: str) -> str | None:
+        sources = self.missing.get(sha256)
+        if not sources:
+            return None
+        name = path.rsplit("/", 1)[1]
+        named = [s for s in sources if s.rsplit("/", 1)[1] == name]
+        if len(named) == 1:
+            found = named[0]
+        elif len(sources) == 1:
+            found = sources[0]
+        else:
+            return None
+        sources.remove(found)
+        return found
+
+
+def folder_lost(folder: Folder, local: dict[str, os.stat_result], known: set[str]) -> bool:
+    """Did the folder lose every file the baseline knows, all at once?"""
+    return not folder.exists() or (len(known) > 1 and not (set(local) & known))
+
+
+def moved_within(folder: Folder, state: StoreState, local: dict[str, os.stat_result]) -> bool:
+    """Does a file the baseline does not know hold what one it knows held (not nothing)? Then
+    the files it misses were moved, not lost. Asked only when every known file is missing."""
+    held = {entry.sha256 for entry in state.files.values() if entry.size}
+    for path in sorted(set(local) - set(state.files)):
+        with contextlib.suppress(LinkInPath, OSError):
+            data = folder.read(path)
+            if data and hashlib.sha256(data).hexdigest() in held:
+                return True
+    return False
