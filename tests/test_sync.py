@@ -158,6 +158,7 @@ def test_a_move_in_the_folder_keeps_the_memory_and_its_history(
     assert (now["/d2/x.md"], now["/d2/y.md"]) == (ids["/d/x.md"], ids["/d/y.md"])
     assert "/a.md" not in now
     assert "/d/x.md" not in now
+    assert env.service.explicit_directories(env.notes) == []  # d/ went with the folder's d/
     history = [
         (v.operation, v.path) for v in env.service.list_versions(env.notes, memory_id=ids["/a.md"])
     ]
@@ -202,10 +203,22 @@ def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
     env.once(interval=1)
     assert "/b.md" not in env.stored(env.notes)  # missing for a whole interval: deleted
     assert ("deleted", "/b.md", env.session.id) in env.versions(env.notes)
+    # The last file of a directory: the directory stays in the store while the folder has it
+    # (as a mount's rm), and goes with the folder's (rm -r).
+    env.service.create_memory(env.notes, "/kept/k.md", "k\n")
+    env.service.create_memory(env.notes, "/gone/g.md", "g\n")
+    env.once(interval=1)
+    (env.root / "notes" / "kept" / "k.md").unlink()
+    run("rm", "-r", str(env.root / "notes" / "gone"))
+    env.once(interval=1)
+    time.sleep(1.1)
+    env.once(interval=1)
+    assert set(env.stored(env.notes)) == {"/a.md"}
+    assert env.service.explicit_directories(env.notes) == ["/kept/"]
     # Everything gone at once (a wiped or unmounted folder): refused, said, nothing deleted.
     env.service.create_memory(env.notes, "/c.md", "gamma\n")
     env.once(interval=1)
-    for f in (env.root / "notes").iterdir():
+    for f in (env.root / "notes").glob("*.md"):
         f.unlink()
     time.sleep(1.1)
     out = env.once(interval=1, in_step=False) + env.once(interval=1, in_step=False)

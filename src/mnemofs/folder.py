@@ -46,9 +46,11 @@ class Folder:
         self.name = name
         self.path = os.path.join(top, name)
 
-    def exists(self) -> bool:
+    def exists(self, directory: str = "/") -> bool:
+        """Is the folder there, or the directory ``directory`` (a store path) in it? Never
+        through a link."""
         try:
-            with self._dir([]):
+            with self._dir([p for p in directory.split("/") if p]):
                 return True
         except (OSError, LinkInPath):
             return False

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import time
@@ -43,17 +42,18 @@ from mnemofs.errors import InvalidRequest, MnemofsError, NotFound
 from mnemofs.folder import Folder, LinkInPath
 from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
-from mnemofs.paths import TEMP_NAME
+from mnemofs.paths import TEMP_NAME, parent_prefix
 from mnemofs.private import FILE_MODE, private_dir, write_private
 from mnemofs.syncstate import (
-    STATE_FORMAT,
     UNCHANGED,
     Entry,
     Moves,
     Report,
     StoreState,
     folder_lost,
+    load_states,
     moved_within,
+    save_states,
     state_path,
 )
 
@@ -88,67 +88,16 @@ class SyncWorker:
         self.root = root
         self.interval = interval
         self.state_file = state_path(root)
-        self.states: dict[str, StoreState] = {}
         self.dirty = True  # the state file needs writing
         self.watching = False
         self.watches: dict[str, TreeWatch] = {}  # store id -> its folder's watch
         self.fresh: set[str] = set()  # stores whose watch is new: their next look is full
-        self.reported: dict[str, str] = {}  # "store:path" -> sha256 of what was reported
-        self._load()
-
-    # -- state --------------------------------------------------------------------------------
-
-    def _load(self) -> None:
-        """The baselines of the folder under this root: one per store, whichever session
-        synced it last (``sync --attach ... --once`` from cron makes a new session each run,
-        and must find what the last run agreed on). A store's baseline counts only for the
-        same folder name; a store that this session does not attach keeps its baseline for
-        the next session that does."""
-        try:
-            raw = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return
-        if raw.get("format") not in (2, STATE_FORMAT):
-            return  # an older format: start over from the stores
-        folders = {a.memory_store_id: _folder_name(a) for a in self.session.resources}
-        same_session = raw.get("session") == self.session.id
-        if raw.get("format") == 2 and not same_session:
-            return  # format 2 did not record folders: only its own session can trust it
-        self.reported = dict(raw.get("reported", {}))
-        for store_id, data in raw.get("stores", {}).items():
-            folder = (
-                data.get("folder") if raw.get("format") == STATE_FORMAT else folders.get(store_id)
-            )
-            if store_id in folders and folder != folders[store_id]:
-                continue  # the store is synced into another folder now: no baseline there
-            self.states[store_id] = StoreState(
-                last_seq=int(data.get("last_seq", 0)),
-                files={p: Entry(*e) for p, e in data.get("files", {}).items()},
-                missing_since=dict(data.get("missing_since", {})),
-                retry=set(data.get("retry", [])),
-                folder=folder or "",
-            )
-
-    def _save(self) -> None:
-        data = {
-            "format": STATE_FORMAT,
-            "session": self.session.id,  # the last to sync here (informative)
-            "reported": self.reported,  # so a restart does not report the same file again
-            "stores": {
-                sid: {
-                    "folder": st.folder,
-                    "last_seq": st.last_seq,
-                    "files": {
-                        p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size]
-                        for p, e in st.files.items()
-                    },
-                    "missing_since": st.missing_since,
-                    "retry": sorted(st.retry),
-                }
-                for sid, st in self.states.items()
-            },
-        }
-        write_private(self.state_file, json.dumps(data).encode())
+        # The baselines, and "store:path" -> the sha256 of what was reported.
+        self.states, self.reported = load_states(
+            self.state_file,
+            session.id,
+            {a.memory_store_id: _folder_name(a) for a in session.resources},
+        )
 
     # -- one reconcile --------------------------------------------------------------------------
 
@@ -171,7 +120,7 @@ class SyncWorker:
                 report.errors.append(f"{attachment.name}: {folder.path}: {exc}")
                 log.warning("cannot sync store %r: %s: %s", attachment.name, folder.path, exc)
             if self.dirty:
-                self._save()
+                save_states(self.state_file, self.session.id, self.states, self.reported)
                 self.dirty = False
         self._write_errors(report)
         return report
@@ -454,7 +403,7 @@ class SyncWorker:
                 base.memory_id,
                 path=path,
                 precondition={"type": "content_sha256", "content_sha256": base.sha256},
-                keep_directory=True,
+                keep_directory=folder.exists(parent_prefix(source)),
             )
         except MnemofsError as exc:
             log.info("%s: not taken for a move of %s (%s)", path, source, exc.message)
@@ -543,7 +492,10 @@ class SyncWorker:
         if now - since < self.interval:
             return  # on hold: only a file missing for a whole interval is deleted
         with contextlib.suppress(NotFound):
-            self.service.delete_memory(store_id, base.memory_id, keep_directory=True)
+            # The last memory's directory stays in the store while the folder has it (`rm`),
+            # not once the folder's is gone too (`rm -r`, `mv` of the directory).
+            here = folder.exists(parent_prefix(path))
+            self.service.delete_memory(store_id, base.memory_id, keep_directory=here)
         state.files.pop(path, None)
         state.missing_since.pop(path, None)
         report.deleted_remote.append(path)

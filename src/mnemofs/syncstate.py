@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mnemofs.folder import Folder, LinkInPath
+from mnemofs.paths import basename
+from mnemofs.private import write_private
 
 STATE_FORMAT = 3  # 3: baselines are the folder's, per store (2: per session)
 
@@ -43,6 +46,62 @@ class StoreState:
     # Kept in the state file: the next pass may be the next `--once` run.
     retry: set[str] = field(default_factory=set)
     folder: str = ""  # the folder under the root this baseline is of (the store's slug)
+
+
+def load_states(
+    file: Path, session_id: str, folders: dict[str, str]
+) -> tuple[dict[str, StoreState], dict[str, str]]:
+    """The baselines of the folder under a root (``file``: its ``state_path``), one per store,
+    and what was reported (``"store:path"`` -> the sha256 reported), whichever session synced
+    it last (``sync --attach ... --once`` from cron makes a new session each run, and must find
+    what the last run agreed on). A store's baseline counts only for the same folder name
+    (``folders``: store id -> this session's folder for it); a store that this session does
+    not attach keeps its baseline for the next session that does."""
+    states: dict[str, StoreState] = {}
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return states, {}
+    if raw.get("format") not in (2, STATE_FORMAT):
+        return states, {}  # an older format: start over from the stores
+    if raw.get("format") == 2 and raw.get("session") != session_id:
+        return states, {}  # format 2 did not record folders: only its own session can trust it
+    for store_id, data in raw.get("stores", {}).items():
+        folder = data.get("folder") if raw.get("format") == STATE_FORMAT else folders.get(store_id)
+        if store_id in folders and folder != folders[store_id]:
+            continue  # the store is synced into another folder now: no baseline there
+        states[store_id] = StoreState(
+            last_seq=int(data.get("last_seq", 0)),
+            files={p: Entry(*e) for p, e in data.get("files", {}).items()},
+            missing_since=dict(data.get("missing_since", {})),
+            retry=set(data.get("retry", [])),
+            folder=folder or "",
+        )
+    return states, dict(raw.get("reported", {}))
+
+
+def save_states(
+    file: Path, session_id: str, states: dict[str, StoreState], reported: dict[str, str]
+) -> None:
+    data = {
+        "format": STATE_FORMAT,
+        "session": session_id,  # the last to sync here (informative)
+        "reported": reported,  # so a restart does not report the same file again
+        "stores": {
+            sid: {
+                "folder": st.folder,
+                "last_seq": st.last_seq,
+                "files": {
+                    p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size]
+                    for p, e in st.files.items()
+                },
+                "missing_since": st.missing_since,
+                "retry": sorted(st.retry),
+            }
+            for sid, st in states.items()
+        },
+    }
+    write_private(file, json.dumps(data).encode())
 
 
 @dataclass
@@ -88,8 +147,7 @@ class Moves:
         sources = self.missing.get(sha256)
         if not sources:
             return None
-        name = path.rsplit("/", 1)[1]
-        named = [s for s in sources if s.rsplit("/", 1)[1] == name]
+        named = [s for s in sources if basename(s) == basename(path)]
         if len(named) == 1:
             found = named[0]
         elif len(sources) == 1:
