@@ -200,6 +200,9 @@ def test_sync_over_http(engine: Engine, db_url: str, tmp_path: Path) -> None:
         (root / "notes" / "n.md").rename(root / "notes" / "m.md")
         assert "1 moved" in once()
         assert w.service.find_memory(w.notes, "/m.md").id == made.id
+        (root / "notes" / "empty").mkdir()
+        assert "1 directories made" in once()
+        assert w.service.explicit_directories(w.notes) == ["/empty/"]
         state = json.loads((tmp_path / ".memory.mnemofs-sync.json").read_text())
         assert state["session"] == w.session.id
         assert token_file.read_text() not in (tmp_path / "server.log").read_text()

@@ -190,6 +190,54 @@ def test_a_move_in_the_folder_keeps_the_memory_and_its_history(
     env.service.close()
 
 
+def test_empty_directories_are_kept_in_step_both_ways(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A store's own directories (a mount's mkdir) and the folder's empty ones, as files are."""
+    env = make(engine, db_url, tmp_path)
+    notes, dirs = env.root / "notes", lambda: env.service.explicit_directories(env.notes)
+    env.service.make_directory(env.notes, "/projects")
+    env.service.make_directory(env.docs, "/ro")
+    env.once(interval=1)
+    assert (notes / "projects").is_dir()
+    assert (env.root / "docs" / "ro").is_dir()
+    (notes / "drafts").mkdir()
+    (notes / "deep" / "er").mkdir(parents=True)
+    out = env.once(interval=1)
+    assert "2 directories made" in out, out  # deep/ holds one: the store needs no row for it
+    assert dirs() == ["/deep/er/", "/drafts/", "/projects/"]
+    (notes / "projects").rmdir()
+    env.service.remove_directory(env.notes, "/drafts")
+    (env.root / "docs" / "ro").rmdir()  # a read_only store's: put back
+    env.once(interval=1)
+    assert dirs() == ["/deep/er/"]
+    assert not (notes / "drafts").exists()
+    assert (env.root / "docs" / "ro").is_dir()
+    assert env.service.explicit_directories(env.docs) == ["/ro/"]
+    # A directory of the store's own with a file in it, removed with rm -r: the directory goes
+    # once its file's delete has waited its interval.
+    env.service.make_directory(env.notes, "/box")
+    env.service.create_memory(env.notes, "/box/x.md", "x\n")
+    env.once(interval=1)
+    run("rm", "-r", str(notes / "box"))
+    env.once(interval=1)
+    assert "/box/" in dirs()  # x.md is on hold
+    time.sleep(1.1)
+    env.once(interval=1)
+    assert "/box/" not in dirs()
+    assert "/box/x.md" not in env.stored(env.notes)
+    # A directory only its file implied: gone from the folder with the file the store deleted,
+    # and not made a directory of the store's own by the next pass.
+    made = env.service.create_memory(env.notes, "/implied/y.md", "y\n")
+    env.once(interval=1)
+    env.service.delete_memory(env.notes, made.id)
+    env.once(interval=1)
+    assert not (notes / "implied").exists()
+    assert "nothing to do" in env.once(interval=1)
+    assert dirs() == ["/deep/er/"]
+    env.service.close()
+
+
 def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
@@ -410,6 +458,9 @@ def test_a_watching_worker_looks_only_at_what_changed(
     worker.reconcile()
     assert set().union(*looked) == {"/sub/s.md", "/s2.md"}
     assert env.service.find_memory(env.notes, "/s2.md").id == moving
+    env.service.make_directory(env.notes, "/from-elsewhere")  # no inotify event: the store's
+    worker.reconcile()
+    assert (notes / "from-elsewhere").is_dir()
     service.close()
     env.service.close()
 

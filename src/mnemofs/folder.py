@@ -197,6 +197,22 @@ class Folder:
 
     # -- writing --------------------------------------------------------------------------------
 
+    def make_directory(self, directory: str) -> None:
+        """Make the directory ``directory`` (a store path) and any missing above it (0700)."""
+        with self._dir([p for p in directory.split("/") if p], create=True):
+            pass
+
+    def remove_directory(self, directory: str) -> bool:
+        """Remove the directory ``directory`` if it is empty; False if it is not, or not there
+        (a link there is neither followed nor removed)."""
+        parents, name = self._split(directory)
+        try:
+            with self._dir(parents) as dfd:
+                os.rmdir(name, dir_fd=dfd)  # unlinkat(AT_REMOVEDIR): ENOTDIR on a link
+        except (OSError, LinkInPath):
+            return False
+        return True
+
     def write(self, path: str, data: bytes, *, mode: int = FILE_MODE) -> os.stat_result:
         """Replace the file at ``path`` with ``data`` atomically (temporary file, then rename),
         making missing directories. A link at ``path`` itself is refused too (left alone)."""

@@ -14,6 +14,7 @@ read only when the stat moved). Then, per path:
   that lost every file at once is never taken for "delete everything" (refused, reported);
 - moved locally (``mv``, a renamed directory): a new file with the content of a file that went
   missing is that memory moved, as a mount's rename is: it keeps its id and history;
+- empty directories (a mount's ``mkdir``) are kept in step both ways too (``syncdirs.py``);
 - a read_only store: local changes are undone from the store, and what was discarded is logged;
 - a file the store refuses (size, UTF-8, name, count): stays local, reported once per change in
   the log and in ``<root>/.mnemofs-sync-errors``;
@@ -44,6 +45,7 @@ from mnemofs.inotify import TreeWatch
 from mnemofs.models import Attachment, Memory, Session
 from mnemofs.paths import TEMP_NAME, parent_prefix
 from mnemofs.private import FILE_MODE, private_dir, write_private
+from mnemofs.syncdirs import reconcile_directories
 from mnemofs.syncstate import (
     UNCHANGED,
     Entry,
@@ -137,8 +139,10 @@ class SyncWorker:
         known = set(state.files)
         hinted = self._local_hints(store_id)
         links: set[str] = set()
+        dirs: list[str] | None = None
         if hinted is None:  # look at every file
-            local, refused = folder.scan()
+            dirs = []
+            local, refused = folder.scan(dirs=dirs)
             links.update(refused)
             paths = set(local) | set(remote) | known | links
             lost = bool(known) and folder_lost(folder, local, known)
@@ -163,6 +167,7 @@ class SyncWorker:
             return
         state.retry = set()
         now = time.time()
+        had = (len(report.downloaded), len(report.deleted_local), set(state.directories))
         moves = Moves(state, paths - set(local) if writable else set(), links, remote)
         for path in sorted(paths):
             try:
@@ -192,7 +197,13 @@ class SyncWorker:
                 # Changed or gone on either side while we looked: only this path waits.
                 state.retry.add(path)
                 log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
-        if state.last_seq != last_seq or state.retry != left:
+        files = [*local, *report.downloaded[had[0] :]]
+        scanned = None if dirs is None else (dirs, files)
+        emptied = report.deleted_local[had[1] :]
+        reconcile_directories(
+            self.service, store_id, folder, state, scanned, emptied, writable, report
+        )
+        if state.last_seq != last_seq or state.retry != left or state.directories != had[2]:
             state.last_seq = last_seq
             self.dirty = True
         if self.watching and store_id not in self.watches:

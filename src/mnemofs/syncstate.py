@@ -46,6 +46,8 @@ class StoreState:
     # Kept in the state file: the next pass may be the next `--once` run.
     retry: set[str] = field(default_factory=set)
     folder: str = ""  # the folder under the root this baseline is of (the store's slug)
+    # The store's explicit directories the folder has too ("/a/b/"), as last agreed.
+    directories: set[str] = field(default_factory=set)
 
 
 def load_states(
@@ -75,6 +77,7 @@ def load_states(
             files={p: Entry(*e) for p, e in data.get("files", {}).items()},
             missing_since=dict(data.get("missing_since", {})),
             retry=set(data.get("retry", [])),
+            directories=set(data.get("directories", [])),
             folder=folder or "",
         )
     return states, dict(raw.get("reported", {}))
@@ -97,6 +100,7 @@ def save_states(
                 },
                 "missing_since": st.missing_since,
                 "retry": sorted(st.retry),
+                "directories": sorted(st.directories),
             }
             for sid, st in states.items()
         },
@@ -111,6 +115,8 @@ class Report:
     deleted_remote: list[str] = field(default_factory=list)
     deleted_local: list[str] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)  # "old -> new"
+    directories_made: list[str] = field(default_factory=list)  # either side
+    directories_removed: list[str] = field(default_factory=list)  # either side
     conflicts: list[str] = field(default_factory=list)
     discarded: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)

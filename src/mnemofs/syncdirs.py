@@ -1,0 +1,129 @@
+"""Empty directories in sync mode (``sync.py``). A store keeps a directory of its own when a
+mount makes one (``mkdir``) or when an ``rm`` of a directory's last file keeps it; a directory
+holding files needs none, its files imply it. The sync worker keeps those directories and the
+folder's empty ones in step as it keeps files, against what both sides last agreed on
+(``StoreState.directories``):
+
+- in the store, not in the folder: new in the store, it is made in the folder; agreed before,
+  the folder removed it, so the store does (once the files under it are gone too: until then
+  the store refuses, and the next pass asks again);
+- in the folder with no file below it, not in the store: new in the folder, the store makes
+  it; agreed before, the store removed it, so the folder does if it is empty.
+
+A directory the worker emptied (the store deleted its last file) goes too, unless the store
+keeps it: a mount no longer shows it either. A read_only store's directories are made in the
+folder and never changed in the store. Like a file, a directory the store refuses (a bad
+name, a full store) is reported and asked again each pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mnemofs.backend import Backend
+from mnemofs.errors import Conflict, MnemofsError, NotFound
+from mnemofs.folder import Folder, LinkInPath
+from mnemofs.paths import ancestor_prefixes
+from mnemofs.syncstate import Report, StoreState
+
+
+def reconcile_directories(
+    service: Backend,
+    store_id: str,
+    folder: Folder,
+    state: StoreState,
+    scanned: tuple[list[str], Iterable[str]] | None,
+    emptied: list[str],
+    writable: bool,
+    report: Report,
+) -> None:
+    """One pass over the directories, after the files' (see the module docstring).
+    ``scanned``: the folder's directories and files as a full look found them, or None when
+    only inotify's changes were looked at (the folder's directories did not change: making,
+    moving or removing one brings a full look). ``emptied``: the files this pass removed from
+    the folder because the store deleted them."""
+    stored = set(service.explicit_directories(store_id))
+    agreed = state.directories
+    pruned = _prune(folder, emptied, stored)
+    report.directories_removed.extend(pruned)
+    if scanned is None:
+        local: set[str] | None = None
+        empty: set[str] = set()
+        wanted = stored ^ agreed
+    else:
+        found, files = scanned
+        local = {d + "/" for d in found} - set(pruned)
+        # Only the innermost: the store takes a directory holding one as implied, as by a file.
+        empty = local - {p for f in [*files, *local] for p in ancestor_prefixes(f)}
+        wanted = stored | agreed | empty
+    for prefix in sorted(wanted, reverse=True):  # a directory before the one it is in
+        try:
+            here = folder.exists(prefix) if local is None else prefix in local
+            done = _reconcile(
+                service, store_id, folder, agreed, prefix, here, stored, empty, writable
+            )
+        except (MnemofsError, LinkInPath, OSError) as exc:
+            message = getattr(exc, "message", exc)
+            report.errors.append(f"{prefix}: directory not synced: {message}")
+            continue
+        if done == "made":
+            report.directories_made.append(prefix)
+        elif done == "removed":
+            report.directories_removed.append(prefix)
+    state.directories = agreed & stored
+
+
+def _reconcile(
+    service: Backend,
+    store_id: str,
+    folder: Folder,
+    agreed: set[str],
+    prefix: str,
+    here: bool,
+    stored: set[str],
+    empty: set[str],
+    writable: bool,
+) -> str | None:
+    """What became of one directory: "made" or "removed" (on either side), or None."""
+    if prefix in stored:
+        if here:
+            agreed.add(prefix)
+            return None
+        if prefix in agreed and writable:  # removed from the folder
+            try:
+                service.remove_directory(store_id, prefix)
+            except Conflict:
+                return None  # files under it are still in the store (their deletes wait)
+            except NotFound:
+                pass
+            agreed.discard(prefix)
+            stored.discard(prefix)
+            return "removed"
+        folder.make_directory(prefix)  # new in the store (or a read_only store's, restored)
+        agreed.add(prefix)
+        return "made"
+    if not here:
+        agreed.discard(prefix)
+        return None
+    if prefix in agreed:  # removed from the store
+        agreed.discard(prefix)
+        return "removed" if folder.remove_directory(prefix) else None
+    if prefix in empty and writable:  # new in the folder
+        try:
+            service.make_directory(store_id, prefix)
+        except Conflict:
+            return None  # the store holds files there still (their deletes wait): it has it
+        stored.add(prefix)
+        agreed.add(prefix)
+        return "made"
+    return None
+
+
+def _prune(folder: Folder, emptied: list[str], stored: set[str]) -> list[str]:
+    """The folder's directories left empty by the files this pass removed (the store deleted
+    them), removed unless the store keeps them; deepest first."""
+    removed: list[str] = []
+    for prefix in sorted({p for f in emptied for p in ancestor_prefixes(f)}, reverse=True):
+        if prefix not in stored and folder.remove_directory(prefix):
+            removed.append(prefix)
+    return removed
