@@ -130,6 +130,32 @@ def test_a_directory_replaced_by_a_link_between_reconciles(
     assert env.outside_state() == {"keep.txt": "untouched\n", "x.md": "outside x\n"}
 
 
+def test_a_store_directory_replaced_by_a_link_stays_and_nothing_is_made_through_it(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    """Empty directories: one of the store's, swapped for a link in the folder, is not taken
+    for removed; one new in the store under that link is not made outside."""
+    env = Env(service, tmp_path)
+    service.make_directory(env.store, "/kept")
+    env.worker.reconcile()
+    assert (env.notes / "kept").is_dir()
+    (env.notes / "kept").rmdir()
+    (env.notes / "kept").symlink_to(env.outside)
+    for _ in range(2):
+        report = env.worker.reconcile()
+    assert service.explicit_directories(env.store) == ["/kept/"]
+    assert any(e.startswith("/kept/: not synced") for e in report.errors), report
+    service.make_directory(env.store, "/kept/inner")
+    for watching in (False, True):
+        if watching:
+            env.worker.watch_local_changes()
+        for _ in range(3):
+            report = env.worker.reconcile()
+        assert service.explicit_directories(env.store) == ["/kept/", "/kept/inner/"]
+        assert env.outside_state() == {"keep.txt": "untouched\n"}  # no inner/ made outside
+        assert any(e.startswith("/kept/inner/: not synced") for e in report.errors), report
+
+
 def test_links_swapped_in_while_reconciles_run(service: MemoryService, tmp_path: Path) -> None:
     """A directory and a file flip between real and link, as fast as they can, while the
     worker reconciles and the store changes: nothing outside changes, no secret gets in."""

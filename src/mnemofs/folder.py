@@ -50,9 +50,16 @@ class Folder:
         """Is the folder there, or the directory ``directory`` (a store path) in it? Never
         through a link."""
         try:
+            return self.is_directory(directory)
+        except LinkInPath:
+            return False
+
+    def is_directory(self, directory: str) -> bool:
+        """As ``exists``, but ``LinkInPath`` if the directory is or goes through a link."""
+        try:
             with self._dir([p for p in directory.split("/") if p]):
                 return True
-        except (OSError, LinkInPath):
+        except OSError:
             return False
 
     def ensure(self) -> None:

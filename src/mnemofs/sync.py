@@ -201,7 +201,7 @@ class SyncWorker:
         scanned = None if dirs is None else (dirs, files)
         emptied = report.deleted_local[had[1] :]
         reconcile_directories(
-            self.service, store_id, folder, state, scanned, emptied, writable, report
+            self.service, store_id, folder, state, scanned, emptied, links, writable, report
         )
         if state.last_seq != last_seq or state.retry != left or state.directories != had[2]:
             state.last_seq = last_seq

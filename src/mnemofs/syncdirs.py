@@ -34,6 +34,7 @@ def reconcile_directories(
     state: StoreState,
     scanned: tuple[list[str], Iterable[str]] | None,
     emptied: list[str],
+    links: set[str],
     writable: bool,
     report: Report,
 ) -> None:
@@ -41,7 +42,8 @@ def reconcile_directories(
     ``scanned``: the folder's directories and files as a full look found them, or None when
     only inotify's changes were looked at (the folder's directories did not change: making,
     moving or removing one brings a full look). ``emptied``: the files this pass removed from
-    the folder because the store deleted them."""
+    the folder because the store deleted them. ``links``: what the look found that is never
+    followed; a directory that is one, or is under one, is neither removed nor made."""
     stored = set(service.explicit_directories(store_id))
     agreed = state.directories
     pruned = _prune(folder, emptied, stored)
@@ -58,13 +60,17 @@ def reconcile_directories(
         wanted = stored | agreed | empty
     for prefix in sorted(wanted, reverse=True):  # a directory before the one it is in
         try:
-            here = folder.exists(prefix) if local is None else prefix in local
+            if any(prefix.startswith(link + "/") for link in links):
+                raise LinkInPath(prefix.rstrip("/"))
+            here = folder.is_directory(prefix) if local is None else prefix in local
             done = _reconcile(
                 service, store_id, folder, agreed, prefix, here, stored, empty, writable
             )
-        except (MnemofsError, LinkInPath, OSError) as exc:
-            message = getattr(exc, "message", exc)
-            report.errors.append(f"{prefix}: directory not synced: {message}")
+        except LinkInPath as exc:
+            report.errors.append(f"{prefix}: not synced: {exc.what} on the way (never followed)")
+            continue
+        except (MnemofsError, OSError) as exc:
+            report.errors.append(f"{prefix}: not synced: {getattr(exc, 'message', exc)}")
             continue
         if done == "made":
             report.directories_made.append(prefix)
