@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mnemofs.errors import Conflict, NotFound, Unavailable
 from mnemofs.folder import Folder
 from mnemofs.models import Memory
@@ -461,6 +463,42 @@ def test_a_watching_worker_looks_only_at_what_changed(
     env.service.make_directory(env.notes, "/from-elsewhere")  # no inotify event: the store's
     worker.reconcile()
     assert (notes / "from-elsewhere").is_dir()
+    service.close()
+    env.service.close()
+
+
+def test_a_watching_worker_removes_a_directory_once_its_files_went(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """rm -r of one of the store's directories: the store refuses to remove it while its
+    file's delete waits out the hold, and a pass that looks only at inotify's changes (which
+    has none by then) still asks again."""
+    env = make(engine, db_url, tmp_path)
+    env.service.make_directory(env.notes, "/box")
+    env.service.create_memory(env.notes, "/box/x.md", "x\n")
+    service = MemoryService(engine, actor=env.session.id)
+    worker = SyncWorker(service, env.session, env.root, interval=0.5)
+    worker.watch_local_changes()
+    for _ in range(3):  # the first look, the watches, the full look after a new watch
+        worker.reconcile()
+    run("rm", "-r", str(env.root / "notes" / "box"))
+    worker.reconcile()  # a removed directory: a full look, and a new watch
+    worker.reconcile()  # the full look after it; x.md still on hold
+    assert "/box/" in env.service.explicit_directories(env.notes)
+    time.sleep(0.6)
+    scans: list[str] = []
+    real_scan = Folder.scan
+
+    def spy(folder: Folder, **kw: Any) -> tuple[dict[str, os.stat_result], list[str]]:
+        scans.append(folder.path)
+        return real_scan(folder, **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Folder, "scan", spy)
+        worker.reconcile()
+    assert not any(p.endswith("notes") for p in scans)  # inotify's changes only
+    assert "/box/x.md" not in env.stored(env.notes)
+    assert env.service.explicit_directories(env.notes) == []
     service.close()
     env.service.close()
 

@@ -51,7 +51,7 @@ def reconcile_directories(
     if scanned is None:
         local: set[str] | None = None
         empty: set[str] = set()
-        wanted = stored ^ agreed
+        wanted = (stored ^ agreed) | state.removing
     else:
         found, files = scanned
         local = {d + "/" for d in found} - set(pruned)
@@ -76,6 +76,10 @@ def reconcile_directories(
             report.directories_made.append(prefix)
         elif done == "removed":
             report.directories_removed.append(prefix)
+        if done == "waiting":
+            state.removing.add(prefix)
+        else:
+            state.removing.discard(prefix)
     state.directories = agreed & stored
 
 
@@ -90,7 +94,8 @@ def _reconcile(
     empty: set[str],
     writable: bool,
 ) -> str | None:
-    """What became of one directory: "made" or "removed" (on either side), or None."""
+    """What became of one directory: "made" or "removed" (on either side), "waiting" (to be
+    removed from the store once the files under it are), or None."""
     if prefix in stored:
         if here:
             agreed.add(prefix)
@@ -99,7 +104,7 @@ def _reconcile(
             try:
                 service.remove_directory(store_id, prefix)
             except Conflict:
-                return None  # files under it are still in the store (their deletes wait)
+                return "waiting"  # files under it are still in the store (their deletes wait)
             except NotFound:
                 pass
             agreed.discard(prefix)

@@ -48,6 +48,9 @@ class StoreState:
     folder: str = ""  # the folder under the root this baseline is of (the store's slug)
     # The store's explicit directories the folder has too ("/a/b/"), as last agreed.
     directories: set[str] = field(default_factory=set)
+    # Of those, the ones the folder removed that the store still holds files in: asked again
+    # each pass (not kept in the state file: a worker's first pass is a full look).
+    removing: set[str] = field(default_factory=set)
 
 
 def load_states(
