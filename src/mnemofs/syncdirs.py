@@ -12,8 +12,8 @@ folder's empty ones in step as it keeps files, against what both sides last agre
 
 A directory the worker emptied (the store deleted its last file) goes too, unless the store
 keeps it: a mount no longer shows it either. A read_only store's directories are made in the
-folder and never changed in the store. Like a file, a directory the store refuses (a bad
-name, a full store) is reported and asked again each pass.
+folder and never changed in the store. A directory the store refuses (a bad name, a full
+store) is reported, and asked again at every full look.
 """
 
 from __future__ import annotations
