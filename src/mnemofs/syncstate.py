@@ -1,7 +1,7 @@
 """What a sync worker keeps between passes (``sync.py``): per store, the baseline each file was
-last agreed on, the local deletes on hold and the paths left for the next pass; what a pass did;
-and, within a pass, what became of the files the folder no longer holds: moved (where from),
-or all lost at once."""
+last agreed on, the local deletes on hold, the paths left for the next pass and the directories
+both sides have (``syncdirs.py``); what a pass did; and, within a pass, what became of the
+files the folder no longer holds: moved (where from), or all lost at once."""
 
 from __future__ import annotations
 
