@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import time
+from datetime import UTC, datetime
 
 import pytest
 
 from mnemofs import errors, limits
 from mnemofs.models import Memory, MemoryPrefix
 from mnemofs.store import MemoryService
+from mnemofs.store.rows import utc_now
 
 
 def snapshot(service: MemoryService, store_id: str) -> tuple[object, ...]:
@@ -443,3 +446,17 @@ def test_rename_onto_own_directory(service: MemoryService, store_id: str) -> Non
     service.delete_memory(store_id, b.id)
     assert service.update_memory(store_id, a.id, path="/d").path == "/d"
     assert paths(service, store_id, depth=1) == ["/d"]
+
+
+def test_timestamps_are_now_in_utc_to_the_millisecond() -> None:
+    """``utc_now`` makes the date and time of day once a second (issue 17): each stamp is
+    still now, truncated to the millisecond, also in the next second."""
+    for _ in range(3):
+        before = datetime.now(UTC)
+        before = before.replace(microsecond=before.microsecond // 1000 * 1000)
+        stamp = utc_now()
+        after = datetime.now(UTC)
+        moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        assert len(stamp) == len("2026-01-01T00:00:00.000Z")
+        assert before <= moment <= after
+        time.sleep(1.0 - time.time() % 1.0 + 0.01)  # into the next second

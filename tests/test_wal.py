@@ -338,18 +338,20 @@ def test_background_work_steps_aside_for_a_waiting_writer(tmp_path: Path) -> Non
     assert log is not None
 
     def waiting_writer(inside: threading.Event) -> None:
-        with log.writer_turn():
-            inside.set()
-            time.sleep(0.05)
+        log.take_turn()
+        inside.set()
+        time.sleep(0.05)
+        log.end_turn()
 
     try:
         for _ in range(5):
             inside = threading.Event()
             thread = threading.Thread(target=waiting_writer, args=(inside,))
-            with log.writer_turn():  # a batch
-                thread.start()
-                while not log._queued:
-                    time.sleep(0.001)
+            log.take_turn()  # a batch
+            thread.start()
+            while not log._queued:
+                time.sleep(0.001)
+            log.end_turn()
             service.db.step_aside()
             got_it_back = log._writer.acquire(blocking=False)
             if got_it_back:

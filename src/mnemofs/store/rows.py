@@ -8,6 +8,7 @@ import binascii
 import hashlib
 import json
 import re
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -111,9 +112,21 @@ _STORE_COLS = (
 )
 
 
+_second: tuple[int, str] = (-1, "")  # the last whole second ``utc_now`` wrote, as text
+
+
 def utc_now() -> str:
-    """Now as the spec's timestamp: UTC ISO-8601 with milliseconds."""
-    return _timestamp(datetime.now(UTC))
+    """Now as the spec's timestamp: UTC ISO-8601 with milliseconds. The date and time of day
+    are made once a second: every change stamps its rows, and ``datetime``'s ``isoformat``
+    took a change ~10 µs where this takes ~3 (issue 17). Truncated to the millisecond, as
+    ``isoformat`` does."""
+    global _second
+    now = time.time()
+    whole = int(now)
+    second = _second
+    if second[0] != whole:  # one tuple, replaced whole: safe for threads
+        second = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{second[1]}.{int((now - whole) * 1000):03d}Z"
 
 
 def _timestamp(moment: datetime) -> str:
