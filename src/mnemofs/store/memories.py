@@ -35,8 +35,7 @@ from mnemofs.paths import (
 from mnemofs.store.base import _VERSION_INSERT, ServiceBase
 from mnemofs.store.rows import (
     _AS_SAVED,
-    _FIRST_DIRECTORY_INSIDE,
-    _FIRST_MEMORY_INSIDE,
+    _FIRST_INSIDE,
     _MEMORY_COLS,
     _NOTHING_INSIDE,
     _STORE_AS_SEEN,
@@ -511,18 +510,14 @@ class MemoriesMixin(ServiceBase):
                 return self._write(guarded)
 
         def run(tx: Tx) -> None:
-            # All four go out together (one round trip on PostgreSQL, then the commit); the
+            # All three go out together (one round trip on PostgreSQL, then the commit); the
             # delete is undone with the transaction if the directory turns out not empty.
             lock = self._lock_only(tx, store_id)
-            inside = (
-                tx.ahead(_FIRST_MEMORY_INSIDE, params),
-                tx.ahead(_FIRST_DIRECTORY_INSIDE, params),
-            )
+            inside = tx.ahead(_FIRST_INSIDE, params)
             deleted = tx.ahead(remove, params)
             lock()
-            for rows in (inside[0](), inside[1]()):
-                if rows:
-                    raise Conflict(f"directory {prefix!r} is not empty (it holds {rows[0].path!r})")
+            if rows := inside():
+                raise Conflict(f"directory {prefix!r} is not empty (it holds {rows[0].path!r})")
             if not deleted():
                 raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
 

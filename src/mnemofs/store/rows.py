@@ -467,10 +467,11 @@ _FIRST_DIRECTORY_INSIDE = (
     "SELECT path FROM directories WHERE store_id = :store AND path > :lo AND path < :hi "
     "ORDER BY path LIMIT 1"
 )
-_NOTHING_INSIDE = (
-    f"SELECT 1 / (1 - count(*))::int FROM (({_FIRST_MEMORY_INSIDE}) UNION ALL "
-    f"({_FIRST_DIRECTORY_INSIDE}) LIMIT 1) AS inside"
+_FIRST_INSIDE = (  # either, in one statement
+    f"SELECT * FROM ({_FIRST_MEMORY_INSIDE}) AS m UNION ALL "
+    f"SELECT * FROM ({_FIRST_DIRECTORY_INSIDE}) AS d LIMIT 1"
 )
+_NOTHING_INSIDE = f"SELECT 1 / (1 - count(*))::int FROM ({_FIRST_INSIDE}) AS inside"
 # The memory row a change over the last save assumes (the rows a save, a rename or a delete
 # of it changes, on PostgreSQL): still the hash, path and creation of that save (``_as_saved``).
 _AS_SAVED = (
