@@ -37,6 +37,7 @@ from mnemofs.models import (
     new_id,
 )
 from mnemofs.store import eviction
+from mnemofs.store.directories import keep_directory
 from mnemofs.store.engine import Engine
 from mnemofs.store.rows import (
     _MEMORY_COLS,
@@ -51,7 +52,6 @@ from mnemofs.store.rows import (
     _path_query,
     _path_verdict,
     _timestamp,
-    keep_directory,
     utc_now,
 )
 from mnemofs.store.searchmarks import MOVED_VECTOR

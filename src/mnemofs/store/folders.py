@@ -21,11 +21,10 @@ from mnemofs.errors import MnemofsError, PathConflict
 from mnemofs.paths import validate_path
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
+from mnemofs.store.directories import directories_full, directories_kept
 from mnemofs.store.rows import (
     _MEMORY_COLS,
     _screen,
-    directories_full,
-    directories_kept,
     utc_now,
 )
 from mnemofs.store.texts import _MEMORY_CONTENT

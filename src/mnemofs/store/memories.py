@@ -33,11 +33,15 @@ from mnemofs.paths import (
     validate_prefix,
 )
 from mnemofs.store.base import _VERSION_INSERT, ServiceBase
+from mnemofs.store.directories import (
+    FIRST_INSIDE,
+    NOTHING_INSIDE,
+    directory_room,
+    directory_room_guard,
+)
 from mnemofs.store.rows import (
     _AS_SAVED,
-    _FIRST_INSIDE,
     _MEMORY_COLS,
-    _NOTHING_INSIDE,
     _STORE_AS_SEEN,
     _STORE_COUNTED,
     _STORE_LIVE,
@@ -51,8 +55,6 @@ from mnemofs.store.rows import (
     _precondition_hash,
     _screen,
     _validate_limit,
-    directory_room,
-    directory_room_guard,
     utc_now,
 )
 from mnemofs.store.searchmarks import MOVED_VECTOR
@@ -503,7 +505,7 @@ class MemoriesMixin(ServiceBase):
             def guarded(tx: Tx) -> None:
                 tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
                 tx.tell(store_id)
-                tx.guard(_NOTHING_INSIDE, params)
+                tx.guard(NOTHING_INSIDE, params)
                 tx.guard(f"WITH d AS ({remove}) SELECT 1 / count(*)::int FROM d", params)
 
             with suppress(GuardFailed):
@@ -513,7 +515,7 @@ class MemoriesMixin(ServiceBase):
             # All three go out together (one round trip on PostgreSQL, then the commit); the
             # delete is undone with the transaction if the directory turns out not empty.
             lock = self._lock_only(tx, store_id)
-            inside = tx.ahead(_FIRST_INSIDE, params)
+            inside = tx.ahead(FIRST_INSIDE, params)
             deleted = tx.ahead(remove, params)
             lock()
             if rows := inside():

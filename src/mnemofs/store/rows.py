@@ -20,7 +20,6 @@ from mnemofs.errors import (
     InvalidRequest,
     PathConflict,
     SecretDetected,
-    StoreFull,
 )
 from mnemofs.models import (
     ON_FULL_POLICIES,
@@ -39,7 +38,7 @@ from mnemofs.models import (
 )
 from mnemofs.paths import ROOT, ancestor_prefixes, parent_prefix, prefix_upper_bound
 from mnemofs.secrets import find_secrets
-from mnemofs.store.tx import Tx
+from mnemofs.store.directories import KEEP_DIRECTORY
 
 JOURNAL_PATH = "/journal.jsonl"  # where a journal store's newest records are
 
@@ -457,21 +456,6 @@ _STORE_COUNTED = (
     "RETURNING id) SELECT 1 / count(*)::int FROM s"
 )
 _STORE_LIVE = " AND archived_at IS NULL"
-# What makes a directory not empty (``remove_directory``): its first memory, its first
-# directory; and the guard that neither exists.
-_FIRST_MEMORY_INSIDE = (
-    "SELECT path FROM memories WHERE store_id = :store AND path >= :lo AND path < :hi "
-    "ORDER BY path LIMIT 1"
-)
-_FIRST_DIRECTORY_INSIDE = (
-    "SELECT path FROM directories WHERE store_id = :store AND path > :lo AND path < :hi "
-    "ORDER BY path LIMIT 1"
-)
-_FIRST_INSIDE = (  # either, in one statement
-    f"SELECT * FROM ({_FIRST_MEMORY_INSIDE}) AS m UNION ALL "
-    f"SELECT * FROM ({_FIRST_DIRECTORY_INSIDE}) AS d LIMIT 1"
-)
-_NOTHING_INSIDE = f"SELECT 1 / (1 - count(*))::int FROM ({_FIRST_INSIDE}) AS inside"
 # The memory row a change over the last save assumes (the rows a save, a rename or a delete
 # of it changes, on PostgreSQL): still the hash, path and creation of that save (``_as_saved``).
 _AS_SAVED = (
@@ -512,7 +496,7 @@ def _as_saved(last: _Assumed, keep_directory: bool = False) -> tuple[str, dict[s
     if not keep_directory or parent == ROOT:
         return "", params
     most = limits.MAX_DIRECTORIES_PER_STORE
-    return f", k AS ({_KEEP_DIRECTORY})", params | {"parent": parent, "most": most}
+    return f", k AS ({KEEP_DIRECTORY})", params | {"parent": parent, "most": most}
 
 
 def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, str]]:
@@ -558,50 +542,3 @@ def _path_verdict(
             raise PathConflict(f"{row.path!r} is a memory, so {path!r} cannot be under it")
         raise PathConflict(f"{path!r} is a directory (it holds {row.path!r})")
     return None
-
-
-# How many directories the store keeps, kept in step with the table by triggers (migration
-# 0017): one row read, however many.
-_DIRECTORIES_KEPT = "SELECT directory_count FROM memory_stores WHERE id = :store"
-
-
-def directory_room_guard(store_id: str) -> tuple[str, dict[str, Any]]:
-    """A ``Tx.guard`` that the store keeps fewer directories than it may."""
-    most = limits.MAX_DIRECTORIES_PER_STORE
-    return f"SELECT 1 / (:most - ({_DIRECTORIES_KEPT}))", {"store": store_id, "most": most}
-
-
-# The count is read only when the row is not there yet: once per directory, not per delete.
-_KEEP_DIRECTORY = (
-    "INSERT INTO directories (store_id, path, created_at) SELECT :store, :parent, :now "
-    "WHERE NOT EXISTS (SELECT 1 FROM directories WHERE store_id = :store AND path = :parent) "
-    f"AND ({_DIRECTORIES_KEPT}) < :most ON CONFLICT DO NOTHING"
-)
-
-
-def directories_full(store_id: str, path: str) -> StoreFull:
-    most = limits.MAX_DIRECTORIES_PER_STORE
-    return StoreFull(
-        f"memory store {store_id} already keeps {most} directories of its own (made by mkdir, "
-        f"or kept when emptied), the limit; cannot make {path!r}"
-    )
-
-
-def directories_kept(tx: Tx, store_id: str) -> int:
-    """How many directories the store keeps (0 for a store that is not there)."""
-    return int(tx.scalar(_DIRECTORIES_KEPT, {"store": store_id}) or 0)
-
-
-def directory_room(tx: Tx, store_id: str, path: str) -> None:
-    """Refuse (``StoreFull``) a directory the store has no room left to keep."""
-    if directories_kept(tx, store_id) >= limits.MAX_DIRECTORIES_PER_STORE:
-        raise directories_full(store_id, path)
-
-
-def keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
-    """Make the directory holding ``path`` explicit, so emptying it does not remove it; when
-    the store keeps as many directories as it may, it is not kept (and goes once empty)."""
-    parent = parent_prefix(path)
-    if parent != ROOT:
-        params = {"store": store_id, "parent": parent, "now": now}
-        tx.run(_KEEP_DIRECTORY, params | {"most": limits.MAX_DIRECTORIES_PER_STORE})

@@ -26,6 +26,7 @@ from mnemofs.models import (
 )
 from mnemofs.store import eviction
 from mnemofs.store.base import ServiceBase
+from mnemofs.store.directories import directories_kept
 from mnemofs.store.pools import validate_cap
 from mnemofs.store.rows import (
     _STORE_COLS,
@@ -41,7 +42,6 @@ from mnemofs.store.rows import (
     _validate_store_name,
     _validate_time,
     _validate_user,
-    directories_kept,
     utc_now,
 )
 from mnemofs.store.searchmarks import forget_marks
