@@ -13,7 +13,7 @@ later texts run unnamed). Parameters go as text: ``str`` with no type (the serve
 it does for psycopg's strings), ``int`` as ``int8``, ``bool`` as ``bool``, ``float`` as
 ``float8``, ``None`` as NULL. Rows come back through psycopg's own loaders, so they hold what
 psycopg would give. Errors are psycopg's exceptions with their SQLSTATE, raised at the round
-trip that brings them, before the commit; the caller rolls back (``Database._transaction``).
+trip that brings them, before the commit; the caller rolls back (``Database._postgres``).
 
 The connection is psycopg's, in autocommit mode, and is left as psycopg expects it: idle or in
 a transaction, never in pipeline mode and with nothing unread (``PipelineTx.close``).

@@ -28,8 +28,8 @@ import re
 import threading
 import time
 from collections import namedtuple
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from mnemofs.errors import StorageFull, Unavailable
@@ -144,7 +144,7 @@ class Database:
                 raise
             self._down = None
             if self.dialect == "postgresql":
-                conn.autocommit = True  # transactions are ours: see _transaction
+                conn.autocommit = True  # transactions are ours: see _postgres
             self._local.conn = conn
             with self._lock:
                 ended = [t for t in self._all if not t.is_alive()]
@@ -330,7 +330,7 @@ class Database:
 
     def _sqlite(self, fn: Callable[[Tx], T], write: bool, state: list[bool]) -> T:
         """``fn`` in one SQLite transaction, a writer's in this process's turn (``Wal``).
-        Plain calls and one ``try``, no context managers: every change passes here, and their
+        Plain calls and ``try``, no context managers: every change passes here, and their
         generators cost one ~13 µs (issue 17)."""
         wal = self._wal
         assert wal is not None
@@ -366,47 +366,53 @@ class Database:
                 self.checkpoint(force=True)
         return result
 
-    @contextmanager
-    def _transaction(self, write: bool, state: list[bool], snapshot: bool) -> Iterator[Tx]:
-        """A PostgreSQL transaction (SQLite's: ``_sqlite``)."""
+    def _postgres(self, fn: Callable[[Tx], T], write: bool, state: list[bool], snapshot: bool) -> T:
+        """``fn`` in one PostgreSQL transaction; plain calls, as ``_sqlite``."""
         dbapi = self._connection()
-        # A write goes on libpq's pipeline: no driver cursor (~5 µs to make one).
-        cursor: Any = None if write else dbapi.cursor()
-        try:
-            if not write and not snapshot:
-                # Each statement on its own (the connection is in autocommit mode): under READ
-                # COMMITTED every statement of a transaction takes a snapshot of its own anyway,
-                # and the driver's BEGIN and COMMIT were a round trip each.
-                yield Tx(self, cursor)
-            elif not write:
-                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                yield Tx(self, cursor)
-                cursor.execute("COMMIT")
-            else:
-                # libpq's pipeline, with our own BEGIN and COMMIT (store/pgpipe.py): BEGIN goes
-                # out with the first statement, statements whose result nobody reads (Tx.run)
-                # with the next one that needs an answer, and the last of them with the COMMIT.
-                tx = PipelineTx(self, dbapi)
+        if write:
+            # libpq's pipeline, with our own BEGIN and COMMIT (store/pgpipe.py): BEGIN goes out
+            # with the first statement, statements whose result nobody reads (Tx.run) with the
+            # next one that needs an answer, and the last of them with the COMMIT. No driver
+            # cursor (~5 µs to make one).
+            tx = PipelineTx(self, dbapi)
+            try:
                 try:
                     tx.begin()
-                    yield tx
+                    result = fn(tx)
                     state.append(True)
                     tx.commit()
                 finally:
                     # Told once committed, or maybe committed (the connection broke meanwhile).
                     if state and tx.told and self._notices is not None:
                         self._notices.committed(tx.told)
-                    tx.close()
+                    tx.close()  # out of pipeline mode: before the rollback below
+            except BaseException:
+                self._roll_back(dbapi)
+                raise
+            return result
+        cursor = dbapi.cursor()
+        try:
+            if not snapshot:
+                # Each statement on its own (the connection is in autocommit mode): under READ
+                # COMMITTED every statement of a transaction takes a snapshot of its own anyway,
+                # and the driver's BEGIN and COMMIT were a round trip each.
+                return fn(Tx(self, cursor))
+            cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            result = fn(Tx(self, cursor))
+            cursor.execute("COMMIT")
+            return result
         except BaseException:
-            try:
-                dbapi.rollback()
-            except self._driver_error:
-                self._discard()
+            self._roll_back(dbapi)
             raise
         finally:
-            if cursor is not None:
-                with suppress(self._driver_error):
-                    cursor.close()
+            with suppress(self._driver_error):
+                cursor.close()
+
+    def _roll_back(self, dbapi: Any) -> None:
+        try:
+            dbapi.rollback()
+        except self._driver_error:
+            self._discard()
 
     def run(
         self, fn: Callable[[Tx], T], *, write: bool, once: bool = False, snapshot: bool = False
@@ -426,8 +432,7 @@ class Database:
             try:
                 if sqlite:
                     return self._sqlite(fn, write, committing)
-                with self._transaction(write, committing, snapshot) as tx:
-                    return fn(tx)
+                return self._postgres(fn, write, committing, snapshot)
             except self._driver_error as exc:
                 transient, broken = self._classify(exc)
                 if once:
