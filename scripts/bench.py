@@ -496,6 +496,8 @@ class Bench:
             ["git", "-C", str(repo), "archive", rev, "src/mnemofs"], check=True, capture_output=True
         )
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        # Compiled as this checkout's code is (scripts/_setup.sh), so both start alike.
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "src")], check=True)
         return dest / "src"
 
     def remote(self) -> tuple[Target, Path]:
