@@ -35,9 +35,10 @@ def _check_segments(text: str, what: str, segments: list[str]) -> None:
             f"{what} {text[:60]!r} has {len(segments)} segments, over {MAX_PATH_SEGMENTS}"
         )
     for segment in segments:
-        if segment in ("", ".", ".."):
-            shown = segment or "an empty segment"
-            raise InvalidRequest(f"{what} {text!r} has {shown!r} as a segment")
+        if not segment:
+            raise InvalidRequest(f"{what} {text!r} has an empty segment ('//')")
+        if segment in (".", ".."):
+            raise InvalidRequest(f"{what} {text!r} has {segment!r} as a segment")
         if not segment.isascii():
             for ch in segment:
                 kind = _REFUSED.get(unicodedata.category(ch))
