@@ -117,8 +117,8 @@ _second: tuple[int, str] = (-1, "")  # the last whole second ``utc_now`` wrote, 
 def utc_now() -> str:
     """Now as the spec's timestamp: UTC ISO-8601 with milliseconds. The date and time of day
     are made once a second: every change stamps its rows, and ``datetime``'s ``isoformat``
-    took a change ~10 µs where this takes ~3 (issue 17). Truncated to the millisecond, as
-    ``isoformat`` does."""
+    took 3.3 µs in a loop of its own where this takes 0.8 (~10-14 µs in place, issue 17).
+    Truncated to the millisecond, as ``isoformat`` does."""
     global _second
     now = time.time()
     whole = int(now)
