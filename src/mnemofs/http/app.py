@@ -2,8 +2,9 @@
 
 Routes parse, check the caller (``access``), call the store once and shape the reply
 (``wire``). One pure-ASGI guard in front of everything gives each request its ``request-id``,
-refuses an oversize body before it is read, finds the caller, and writes one JSON access line
-(ids only: never a credential, a query string or content).
+refuses an oversize body before it is read, finds the caller, answers the routes the framework
+has nothing to do for itself (``lean``: every change of a remote mount), and writes one JSON
+access line (ids only: never a credential, a query string or content).
 
 How the store is called (``store_runner``): on SQLite, inline on the event loop, as the mount
 daemon commits on its trio thread (PERF-NOTES: a hop to a worker thread costs 150-200 µs, more
@@ -34,6 +35,7 @@ from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
 from mnemofs.http import memories, mounts, pools, sessions, stores, transfer
 from mnemofs.http.access import authenticate
+from mnemofs.http.lean import LeanRoutes
 from mnemofs.http.revisions import Revisions
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.models import new_ulid
@@ -62,6 +64,7 @@ class Guard:
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
+        self._lean: LeanRoutes | None = None  # made at the first request, every route added
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,6 +87,8 @@ class Guard:
             refusal, receive = await self._admit(scope, receive, request_id)
             if refusal is not None:
                 await refusal(scope, receive, send_with_id)
+            elif (lean := self._lean_route(scope)) is not None:
+                await self._lean.answer(*lean, scope, receive, send_with_id)  # type: ignore[union-attr]
             else:
                 await self.app(scope, receive, send_with_id)
         finally:
@@ -98,6 +103,11 @@ class Guard:
                     "caller": state.get("caller"),
                 },
             )
+
+    def _lean_route(self, scope: Scope) -> tuple[Any, dict[str, Any]] | None:
+        if self._lean is None:
+            self._lean = LeanRoutes(scope["app"])
+        return self._lean.find(scope)
 
     async def _admit(
         self, scope: Scope, receive: Receive, request_id: str

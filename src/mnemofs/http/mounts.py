@@ -10,11 +10,11 @@ the request.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_origin
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
 from mnemofs.http.access import attachment, caller_of
@@ -74,13 +74,38 @@ class Accesses(BaseModel):
     memory_ids: list[str]
 
 
+class StoresQuery(BaseModel):
+    store_ids: list[str]
+
+
+class WaitQuery(BaseModel):
+    store_ids: list[str]
+    revisions: list[int]
+    wait: Annotated[float, Field(ge=0, le=WAIT_MAX_S)] = WAIT_MAX_S
+
+
+class ChangesQuery(BaseModel):
+    after: int = 0
+    limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+
+class MemoryQuery(BaseModel):
+    count_access: bool = True
+
+
+class PathQuery(BaseModel):
+    path: str
+    count_access: bool = True
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
 async def _body(request: Request, model: type[M]) -> M:
     """The request's JSON body as ``model``. Read by hand rather than declared as a parameter:
     these endpoints carry every save of a remote mount, and the framework's parameter
-    machinery cost more than the save itself (see docs/decisions.md)."""
+    machinery cost more than the save itself (see docs/decisions.md). So the guard answers
+    them itself (``http/lean.py``)."""
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -89,11 +114,40 @@ async def _body(request: Request, model: type[M]) -> M:
         ) from None
 
 
+def _query(request: Request, model: type[M]) -> M:
+    """The request's query parameters as ``model``, read by hand as ``_body`` reads a body,
+    with the framework's rules: a list field takes every value given, any other the last."""
+    given = request.query_params
+    data: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if name in given:
+            is_list = get_origin(field.annotation) is list
+            data[name] = given.getlist(name) if is_list else given.getlist(name)[-1]
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("query", *e["loc"])} for e in exc.errors(include_input=False)]
+        ) from None
+
+
 def _documented(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` that documents ``model`` as the request body."""
     schema = model.model_json_schema()
     content = {"application/json": {"schema": schema}}
     return {"requestBody": {"required": True, "content": content}}
+
+
+def _documented_query(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` that documents ``model``'s fields as query parameters."""
+    schema = model.model_json_schema()
+    required = set(schema.get("required", ()))
+    return {
+        "parameters": [
+            {"name": name, "in": "query", "required": name in required, "schema": field}
+            for name, field in schema["properties"].items()
+        ]
+    }
 
 
 def _own_session(request: Request) -> Any:
@@ -124,8 +178,13 @@ async def snapshot(request: Request, store_id: str) -> Response:
     )
 
 
-@router.get("/store_states", summary="Revision and state of each store")
-async def store_states(request: Request, store_ids: Annotated[list[str], Query()]) -> Response:
+@router.get(
+    "/store_states",
+    summary="Revision and state of each store",
+    openapi_extra=_documented_query(StoresQuery),
+)
+async def store_states(request: Request) -> Response:
+    store_ids = _query(request, StoresQuery).store_ids
     caller = caller_of(request)
     for store_id in store_ids:
         attachment(caller, store_id)
@@ -141,16 +200,17 @@ def _state(state: Any) -> dict[str, Any]:
     }
 
 
-@router.get("/changes/wait", summary="Long poll: answer once a store's revision moves")
-async def wait_for_changes(
-    request: Request,
-    store_ids: Annotated[list[str], Query()],
-    revisions: Annotated[list[int], Query()],
-    wait: Annotated[float, Query(ge=0, le=WAIT_MAX_S)] = WAIT_MAX_S,
-) -> Response:
+@router.get(
+    "/changes/wait",
+    summary="Long poll: answer once a store's revision moves",
+    openapi_extra=_documented_query(WaitQuery),
+)
+async def wait_for_changes(request: Request) -> Response:
     """The stores (of those given) whose revision is no longer the one given; waits up to
     ``wait`` seconds for one to move. Every server on the database sees every commit, so a
     change through any server reaches a watcher on any other."""
+    query = _query(request, WaitQuery)
+    store_ids, revisions, wait = query.store_ids, query.revisions, query.wait
     caller = caller_of(request)
     if len(store_ids) != len(revisions):
         raise HttpError(400, "invalid_request_error", "give one revision per store id")
@@ -162,15 +222,15 @@ async def wait_for_changes(
     return reply({"changed": moved, "states": {k: _state(v) for k, v in states.items()}})
 
 
-@router.get("/memory_stores/{store_id}/changes", summary="The change feed after a position")
-async def changes(
-    request: Request,
-    store_id: str,
-    after: int = 0,
-    limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
-) -> Response:
+@router.get(
+    "/memory_stores/{store_id}/changes",
+    summary="The change feed after a position",
+    openapi_extra=_documented_query(ChangesQuery),
+)
+async def changes(request: Request, store_id: str) -> Response:
+    query = _query(request, ChangesQuery)
     attachment(caller_of(request), store_id)
-    found = await run(request, service(request).changes, store_id, after, limit=limit)
+    found = await run(request, service(request).changes, store_id, query.after, limit=query.limit)
     return reply({"data": [{"seq": c.seq, "version": c.version.to_dict()} for c in found]})
 
 
@@ -213,22 +273,29 @@ async def remove_directory(request: Request, store_id: str) -> Response:
     return reply({"removed": body.path})
 
 
-@router.get("/memory_stores/{store_id}/memories/{memory_id}", summary="A memory, full")
-async def get_memory(
-    request: Request, store_id: str, memory_id: str, count_access: bool = True
-) -> Response:
+@router.get(
+    "/memory_stores/{store_id}/memories/{memory_id}",
+    summary="A memory, full",
+    openapi_extra=_documented_query(MemoryQuery),
+)
+async def get_memory(request: Request, store_id: str, memory_id: str) -> Response:
+    count = _query(request, MemoryQuery).count_access
     attachment(caller_of(request), store_id)
     s = service(request)
-    return reply(await run(request, s.get_memory, store_id, memory_id, count_access=count_access))
+    return reply(await run(request, s.get_memory, store_id, memory_id, count_access=count))
 
 
-@router.get("/memory_stores/{store_id}/memory_at", summary="The memory at a path, full")
-async def find_memory(
-    request: Request, store_id: str, path: str, count_access: bool = True
-) -> Response:
+@router.get(
+    "/memory_stores/{store_id}/memory_at",
+    summary="The memory at a path, full",
+    openapi_extra=_documented_query(PathQuery),
+)
+async def find_memory(request: Request, store_id: str) -> Response:
+    query = _query(request, PathQuery)
     attachment(caller_of(request), store_id)
     s = service(request)
-    return reply(await run(request, s.find_memory, store_id, path, count_access=count_access))
+    found = await run(request, s.find_memory, store_id, query.path, count_access=query.count_access)
+    return reply(found)
 
 
 @router.post(
