@@ -6,6 +6,7 @@ however many."""
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 import urllib.parse
@@ -117,4 +118,26 @@ def test_waiting_polls_share_one_look(engine: Engine, db_url: str, tmp_path: Pat
         for poll in polls:
             assert poll.answered()["changed"] == [store]
     conn.close()
+    service.close()
+
+
+def test_a_graceful_stop_answers_the_polls_at_once(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM with a poll waiting (every remote mount keeps one): the poll is answered,
+    nothing moved, and the server exits, instead of both holding to the end of the poll's
+    wait while the server no longer accepts anyone."""
+    service = MemoryService(engine, actor="tests")
+    store = service.create_store("Notes").id
+    token = token_for(db_url, service.create_session([{"memory_store_id": store}]).id)
+    with serving(db_url, tmp_path / "server.log") as server:
+        known = {store: _revision(service, store)}
+        poll = Poll(server.url, token, known, wait=25)
+        time.sleep(0.5)
+        assert poll.is_alive()
+        server.process.send_signal(signal.SIGTERM)
+        answer = poll.answered()  # within 10 s, where its wait is 25
+        assert answer["changed"] == []
+        assert answer["states"][store]["revision"] == known[store]
+        assert server.process.wait(timeout=10) in (0, -signal.SIGTERM)
     service.close()

@@ -10,7 +10,8 @@ between reads, and past its first ``REQUEST_READ_TIMEOUT_S`` must come at ``MIN_
 bytes a second on average (an import's body is a whole store, so there is no deadline for the
 whole; a trickle of a byte every few seconds would hold a connection for days). A late
 header or body is answered 408, an oversize header 431, in the wire's error shape, and the
-connection is closed; a connection that sent nothing is closed without a word.
+connection is closed; a connection that sent nothing is closed without a word. A graceful stop
+answers the long polls at once (``shutdown``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from mnemofs.http.revisions import release_all
 from mnemofs.http.wire import dumps
 from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
 from mnemofs.models import new_ulid
@@ -51,6 +53,12 @@ class BoundedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """A graceful stop (uvicorn calls this on every connection): the long polls are
+        answered now rather than held to the end of their wait (``revisions``)."""
+        super().shutdown()
+        release_all()
 
     def data_received(self, data: bytes) -> None:
         if self._in_header:
