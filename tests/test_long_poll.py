@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 import urllib.parse
@@ -139,5 +140,32 @@ def test_a_graceful_stop_answers_the_polls_at_once(
         answer = poll.answered()  # within 10 s, where its wait is 25
         assert answer["changed"] == []
         assert answer["states"][store]["revision"] == known[store]
+        assert server.process.wait(timeout=10) in (0, -signal.SIGTERM)
+    service.close()
+
+
+def test_a_poll_whose_client_went_away_ends(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """A poll's client that closes its connection (a mount killed, a sandbox stopped) ends
+    the poll at once, noted 499, rather than at the end of its wait; so a graceful stop just
+    after finds nothing to wait for."""
+    service = MemoryService(engine, actor="tests")
+    store = service.create_store("Notes").id
+    token = token_for(db_url, service.create_session([{"memory_store_id": store}]).id)
+    with serving(db_url, tmp_path / "server.log") as server:
+        query = urllib.parse.urlencode(
+            {"store_ids": store, "revisions": _revision(service, store), "wait": 25}
+        )
+        url = urllib.parse.urlsplit(server.url)
+        sock = socket.create_connection((url.hostname, url.port))
+        sock.sendall(
+            f"GET /mnemofs/v1/changes/wait?{query} HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n".encode()
+        )
+        time.sleep(0.5)  # the poll waits
+        sock.close()
+        path = "/mnemofs/v1/changes/wait"
+        assert server.settled_count("GET", path, at_least=1) == 1  # within 5 s, not 25
+        assert server.requests("GET", path)[0]["status"] == 499
+        server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=10) in (0, -signal.SIGTERM)
     service.close()

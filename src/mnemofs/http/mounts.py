@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, TypeVar, get_origin
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
@@ -26,6 +27,7 @@ from mnemofs.http.wire import HttpError, reply
 router = APIRouter(prefix="/mnemofs/v1", tags=["mounts (mnemofs)"])
 
 WAIT_MAX_S = 25.0  # a long poll answers by then even if nothing changed
+CLIENT_GONE = 499  # what the access log says of a poll whose client went away (nginx's)
 
 
 class Save(BaseModel):
@@ -218,8 +220,34 @@ async def wait_for_changes(request: Request) -> Response:
         attachment(caller, store_id)
     known = dict(zip(store_ids, revisions, strict=True))
     watch: Revisions = request.app.state.revisions
-    moved, states = await watch.wait(known, wait)
+    answers: list[tuple[list[str], dict[Any, Any]]] = []
+    failed: list[Exception] = []
+    async with anyio.create_task_group() as tasks:
+
+        async def poll() -> None:
+            try:
+                answers.append(await watch.wait(known, wait))
+            except Exception as exc:  # raised below as itself, not in a group
+                failed.append(exc)
+            tasks.cancel_scope.cancel()
+
+        tasks.start_soon(poll)
+        await _until_gone(request)  # cancelled once the poll is answered
+        tasks.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    if not answers:  # the client went away: nobody to answer (status 499 in the access log)
+        return Response(status_code=CLIENT_GONE)
+    moved, states = answers[0]
     return reply({"changed": moved, "states": {k: _state(v) for k, v in states.items()}})
+
+
+async def _until_gone(request: Request) -> None:
+    """Return once the client has closed its connection. A poll's client that went away
+    (a mount killed, a sandbox stopped) used to hold its poll to the end of its wait, and a
+    graceful stop of the server with it."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.get(
