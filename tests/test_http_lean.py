@@ -201,6 +201,8 @@ def test_the_guard_answers_as_the_framework_does(
         return ("POST", f"{base}/{store}/saves", token, "", json.dumps(body).encode())
 
     good = {"path": "/a.md", "content": "a"}
+    fetch = {"memory_ids": [memory.id, "mem_nothing"]}
+    too_many = {"memory_ids": [memory.id] * 1001}
     requests: list[tuple[str, str, str, str, bytes]] = [
         save(mine, good),
         save(mine, {"path": "/a.md"}),
@@ -231,6 +233,9 @@ def test_the_guard_answers_as_the_framework_does(
         ("GET", f"{base}/{mine}/memory_at", token, "", b""),
         ("GET", f"{base}/{mine}/memory_at", token, "path=/kept.md", b""),
         ("GET", f"{base}/{mine}/memory_at", token, "path=/nothing.md", b""),
+        ("POST", f"{base}/{mine}/fetch", token, "", json.dumps(fetch).encode()),
+        ("POST", f"{base}/{hidden}/fetch", token, "", json.dumps(fetch).encode()),
+        ("POST", f"{base}/{mine}/fetch", token, "", json.dumps(too_many).encode()),
         ("POST", f"{base}/{mine}/directories", token, "", b'{"path": "/d"}'),
         ("POST", f"{base}/{mine}/directories/remove", token, "", b'{"path": "/none"}'),
         ("GET", f"{base}/{mine}/snapshot", token, "", b""),
@@ -288,6 +293,7 @@ def test_refusals_on_lean_routes_through_the_real_server(tmp_path: Path) -> None
         assert (status, body["error"]["message"]) == (400, "body.content: Field required")
         assert headers["request-id"] == body["request_id"]
         path = f"/mnemofs/v1/memory_stores/{store}/saves"
+        assert server.settled_count("POST", path, at_least=3) == 3  # each line after its reply
         lines = server.requests("POST", path)
         assert [line["status"] for line in lines] == [401, 403, 400]
         assert lines[-1]["request_id"] == body["request_id"]

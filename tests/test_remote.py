@@ -141,6 +141,35 @@ def test_an_ended_session_is_eacces(engine: Engine, db_url: str, tmp_path: Path)
             assert token not in daemon.log.read_text()
 
 
+def test_a_mount_catches_up_on_many_changes_in_one_fetch(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """Another session's burst of saves reaches the mount through one request for their
+    contents (``fetch``), not one request per memory; what it shows is what was saved."""
+    w = World(engine)
+    writer = w.service.create_session([{"memory_store_id": w.notes}])
+    with serving(db_url, tmp_path / "server.log") as server:
+        with remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"):
+            notes = tmp_path / "mnt" / "notes"
+            assert os.listdir(notes) == []  # the mount is up and has looked
+            other = RemoteBackend(server.url, token_for(db_url, writer.id))
+            for i in range(30):
+                other.save_file(w.notes, f"/burst/{i}.md", f"note {i}\n")
+            assert wait_for(lambda: len(os.listdir(notes / "burst")) == 30, timeout=10)
+            for i in range(30):
+                assert (notes / "burst" / f"{i}.md").read_text() == f"note {i}\n"
+            other.close()
+        store = f"/mnemofs/v1/memory_stores/{w.notes}"
+        fetches = server.requests("POST", f"{store}/fetch")
+        assert 1 <= len(fetches) <= 30
+        one_by_one = [
+            r
+            for r in server.lines()
+            if r.get("method") == "GET" and str(r.get("path", "")).startswith(f"{store}/memories/")
+        ]
+        assert one_by_one == []
+
+
 @pytest.mark.postgres
 def test_two_servers_on_one_database(tmp_path: Path) -> None:
     """Scale-out: a change through one server reaches a mount connected to the other within a

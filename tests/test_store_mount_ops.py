@@ -99,6 +99,28 @@ def test_snapshot_and_change_feed(service: MemoryService, store_id: str) -> None
     assert service.store_states([store_id])[store_id].revision > snap.revision
 
 
+def test_memories_fetched_by_id(service: MemoryService, store_id: str) -> None:
+    """A catch-up's reads in one: the memories still there, full, by id; the rest left out;
+    more ids than one query takes; a store that is not there refused."""
+    made = [service.create_memory(store_id, f"/n/{i}.md", f"note {i}") for i in range(3)]
+    gone = service.create_memory(store_id, "/gone.md", "gone")
+    service.delete_memory(store_id, gone.id)
+    other = service.create_store("Other").id
+    theirs = service.create_memory(other, "/theirs.md", "theirs")
+    service.update_memory(store_id, made[1].id, content="note 1, edited")
+    ids = [m.id for m in made]
+    found = service.get_memories(store_id, [*ids, gone.id, theirs.id, "mem_nothing", ids[0]])
+    assert sorted(found) == sorted(ids)
+    assert found[made[1].id] == service.get_memory(store_id, made[1].id, count_access=False)
+    assert found[made[1].id].content == "note 1, edited"
+    many = [f"mem_{i:026d}" for i in range(1200)] + [ids[2]]  # three queries' worth of ids
+    assert list(service.get_memories(store_id, many)) == [ids[2]]
+    assert service.get_memories(store_id, []) == {}
+    assert service.get_memories(other, ids) == {}
+    with pytest.raises(errors.NotFound):
+        service.get_memories("memstore_nothing", ids)
+
+
 def test_a_change_made_while_a_snapshot_is_read_is_in_it_or_after_it(
     service: MemoryService, store_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

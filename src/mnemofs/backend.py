@@ -18,6 +18,7 @@ from mnemofs.content import Content
 from mnemofs.models import (
     Change,
     Memory,
+    MemoryId,
     MemoryPrefix,
     MemoryVersion,
     PathHistory,
@@ -56,6 +57,8 @@ class Backend(Protocol):
     def get_version(self, store_id: str, version_id: str) -> MemoryVersion: ...
 
     def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory: ...
+
+    def get_memories(self, store_id: str, memory_ids: list[str]) -> dict[MemoryId, Memory]: ...
 
     def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory: ...
 

@@ -60,6 +60,7 @@ TIMEOUT_S = 30.0  # a request that takes longer is taken for a lost server
 IDLE_REOPEN_S = 4.0  # below uvicorn's keep-alive timeout (5 s)
 WAIT_S = 20.0  # one long poll
 CHANGES_PAGE = 5000  # change feed entries per request
+FETCH_IDS = 100  # memories per request when catching up (each up to 100 KB of content)
 ACCESS_FLUSH_S = 1.0  # reads noted are sent within this long (a mount's upkeep, ``checkpoint``)
 _PREFIX = "/mnemofs/v1"
 _ERROR_CLASSES = {
@@ -124,7 +125,9 @@ class RemoteBackend:
         query: dict[str, Any] | list[tuple[str, Any]] | None = None,
         *,
         probing: bool = False,
+        read: bool = False,
     ) -> Any:
+        """One request; ``read``: a POST that changes nothing, safe to send again (as a GET)."""
         if self._revoked is not None:
             raise errors.AccessRevoked(self._revoked)
         if self._down is not None and self._fail_fast and not probing:
@@ -145,7 +148,7 @@ class RemoteBackend:
                 break
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
-                if attempt == 1 and reused and method == "GET":
+                if attempt == 1 and reused and (method == "GET" or read):
                     continue  # a kept-alive connection the server had closed: a read is safe again
                 why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
                 self._down = why
@@ -255,6 +258,15 @@ class RemoteBackend:
     def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory:
         path = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}"
         return _memory(self._call("GET", path, query={"count_access": str(count_access).lower()}))
+
+    def get_memories(self, store_id: str, memory_ids: list[str]) -> dict[MemoryId, Memory]:
+        wanted = list(dict.fromkeys(memory_ids))
+        found: dict[MemoryId, Memory] = {}
+        for start in range(0, len(wanted), FETCH_IDS):
+            body = {"memory_ids": wanted[start : start + FETCH_IDS]}
+            data = self._call("POST", f"{self._store(store_id)}/fetch", body, read=True)
+            found.update((m.id, m) for m in map(_memory, data["data"]))
+        return found
 
     def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory:
         query = {"path": path, "count_access": str(count_access).lower()}

@@ -42,7 +42,7 @@ from mnemofs.content import Content
 from mnemofs.errors import InvalidRequest, MnemofsError, NotFound
 from mnemofs.folder import Folder, LinkInPath
 from mnemofs.inotify import TreeWatch
-from mnemofs.models import Attachment, Memory, Session
+from mnemofs.models import Attachment, Memory, MemoryId, Session
 from mnemofs.paths import TEMP_NAME, parent_prefix
 from mnemofs.private import FILE_MODE, private_dir, write_private
 from mnemofs.syncdirs import reconcile_directories
@@ -283,16 +283,18 @@ class SyncWorker:
         last = changes[-1].seq
         newest = {c.version.memory_id: c.version.id for c in changes}  # later ones win
         by_id = {entry.memory_id: path for path, entry in state.files.items()}
-        for memory_id, version_id in newest.items():
+        news: list[str] = [
+            memory_id
+            for memory_id, version_id in newest.items()
+            if (old := by_id.get(memory_id)) is None or state.files[old].version_id != version_id
+        ]  # not the version we wrote or brought down ourselves
+        try:
+            found = self.service.get_memories(store_id, news)  # one read (request) for all
+        except NotFound:  # the store is gone: so is every memory of it
+            found = {}
+        for memory_id in news:
             old = by_id.get(memory_id)
-            if old is not None and state.files[old].version_id == version_id:
-                continue  # the version we wrote or brought down ourselves: no query needed
-            try:
-                memory: Memory | None = self.service.get_memory(
-                    store_id, memory_id, count_access=False
-                )
-            except NotFound:
-                memory = None
+            memory: Memory | None = found.get(MemoryId(memory_id))
             if (
                 memory is not None
                 and old == memory.path

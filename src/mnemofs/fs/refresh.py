@@ -10,7 +10,7 @@ from mnemofs.fs.nodes import (
     Invalidation,
     StoreMount,
 )
-from mnemofs.models import Change, Memory
+from mnemofs.models import Change, Memory, MemoryId
 
 
 class RefreshMixin(FilesMixin):
@@ -36,9 +36,15 @@ class RefreshMixin(FilesMixin):
                 self._heard(mount, change)
                 latest.pop(change.version.memory_id, None)
                 latest[change.version.memory_id] = change
-            for memory_id, change in latest.items():
-                if not self._knows(change):
-                    out += self._apply_change(mount, memory_id)
+            news = [memory_id for memory_id, change in latest.items() if not self._knows(change)]
+            if news:
+                # One read for all (through a server, one request per hundred, not one each).
+                try:
+                    found = self.service.get_memories(mount.store_id, news)
+                except NotFound:  # the store is gone: so is every memory of it
+                    found = {}
+                for memory_id in news:
+                    out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
             out += self._sync_directories(mount)
         # A directory whose entries changed has a new mtime and maybe link count: its cached
         # attributes go too (the kernel keeps them for adapter.TIMEOUT_S otherwise).
@@ -73,15 +79,12 @@ class RefreshMixin(FilesMixin):
             return version.operation == "deleted"
         return node.version_id == version.id
 
-    def _apply_change(self, mount: StoreMount, memory_id: str) -> list[Invalidation]:
+    def _apply_change(
+        self, mount: StoreMount, memory_id: str, memory: Memory | None
+    ) -> list[Invalidation]:
+        """Show ``memory`` as it now is (None: it is gone) where the tree has ``memory_id``."""
         out: list[Invalidation] = []
         node = self.by_memory.get(memory_id)
-        try:
-            memory: Memory | None = self.service.get_memory(
-                mount.store_id, memory_id, count_access=False
-            )
-        except NotFound:
-            memory = None
         if node is not None and node.file is not None and node.file.dirty:
             return out  # our unsaved edit wins at its save (last commit is the head)
         if node is not None and (memory is None or self.path(node) != memory.path):

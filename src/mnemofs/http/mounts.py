@@ -27,6 +27,7 @@ from mnemofs.http.wire import HttpError, reply
 router = APIRouter(prefix="/mnemofs/v1", tags=["mounts (mnemofs)"])
 
 WAIT_MAX_S = 25.0  # a long poll answers by then even if nothing changed
+FETCH_MAX = 1000  # memories one fetch may name
 CLIENT_GONE = 499  # what the access log says of a poll whose client went away (nginx's)
 
 
@@ -74,6 +75,10 @@ class Directory(BaseModel):
 
 class Accesses(BaseModel):
     memory_ids: list[str]
+
+
+class Fetch(BaseModel):
+    memory_ids: Annotated[list[str], Field(max_length=FETCH_MAX)]
 
 
 class StoresQuery(BaseModel):
@@ -311,6 +316,18 @@ async def get_memory(request: Request, store_id: str, memory_id: str) -> Respons
     attachment(caller_of(request), store_id)
     s = service(request)
     return reply(await run(request, s.get_memory, store_id, memory_id, count_access=count))
+
+
+@router.post(
+    "/memory_stores/{store_id}/fetch",
+    summary="Memories by id, full: a catch-up's reads in one request (no access counted)",
+    openapi_extra=_documented(Fetch),
+)
+async def fetch_memories(request: Request, store_id: str) -> Response:
+    body = await _body(request, Fetch)
+    attachment(caller_of(request), store_id)
+    found = await run(request, service(request).get_memories, store_id, body.memory_ids)
+    return reply({"data": [m.to_dict() for m in found.values()]})
 
 
 @router.get(

@@ -52,6 +52,7 @@ from mnemofs.store.rows import (
     _encode_cursor,
     _memory,
     _path_free,
+    _placeholders,
     _precondition_hash,
     _screen,
     _validate_limit,
@@ -60,6 +61,8 @@ from mnemofs.store.rows import (
 from mnemofs.store.searchmarks import MOVED_VECTOR
 from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import GuardFailed, Tx
+
+_IDS_PER_QUERY = 500  # ids in one IN list (``get_memories``): far below either database's cap
 
 # PostgreSQL, changes over this service's last save of a memory, after the store's guard (and
 # a rename's new path's): the row moved or deleted while it is as that save left it
@@ -107,6 +110,31 @@ class MemoriesMixin(ServiceBase):
         if count_access:
             self.note_access(store_id, memory.id)
         return memory
+
+    def get_memories(self, store_id: str, memory_ids: list[str]) -> dict[MemoryId, Memory]:
+        """The memories of ``memory_ids`` still in the store, with their content, by id; the
+        others are left out. One read for a mount or sync worker catching up on many changes
+        (through a server, one request instead of one each), so no access is counted. A store
+        that is not there is NotFound."""
+        wanted = list(dict.fromkeys(memory_ids))
+        if not wanted:
+            return {}
+
+        def run(tx: Tx) -> dict[MemoryId, Memory]:
+            found: dict[MemoryId, Memory] = {}
+            for start in range(0, len(wanted), _IDS_PER_QUERY):
+                in_list, params = _placeholders("m", wanted[start : start + _IDS_PER_QUERY])
+                for row in tx.all(
+                    f"SELECT {_MEMORY_COLS}, {_MEMORY_CONTENT} FROM memories "
+                    f"WHERE id IN ({in_list}) AND store_id || '' = :store",
+                    {**params, "store": store_id},
+                ):
+                    found[MemoryId(row.id)] = _memory(row, row.content)
+            if not found:
+                self._store_row(tx, store_id)  # NotFound if it is the store that is missing
+            return found
+
+        return self._read(run)
 
     def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory:
         """The memory at ``path``, with its content (a read: counts as an access, unless
