@@ -170,6 +170,31 @@ def test_a_mount_catches_up_on_many_changes_in_one_fetch(
         assert one_by_one == []
 
 
+def test_a_mount_s_own_burst_does_not_make_it_poll_at_every_save(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """Each of the mount's own saves moves the store's revision, which answers a waiting poll
+    at once: unpaced, its change stream polled about once per save (~300 a second, each a
+    look for the server). A poll that heard news is followed by the next no sooner than
+    ``POLL_PACE_S`` later."""
+    from mnemofs.remote import POLL_PACE_S
+
+    w = World(engine)
+    with serving(db_url, tmp_path / "server.log") as server:
+        with remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"):
+            notes = tmp_path / "mnt" / "notes"
+            assert os.listdir(notes) == []  # up, and its first look done
+            time.sleep(0.2)
+            polls_before = len(server.requests("GET", "/mnemofs/v1/changes/wait"))
+            started = time.monotonic()
+            for i in range(200):
+                write(notes / f"{i}.md", f"note {i}\n")
+            took = time.monotonic() - started
+            polls = len(server.requests("GET", "/mnemofs/v1/changes/wait")) - polls_before
+        assert w.service.find_memory(w.notes, "/199.md").content == "note 199\n"
+        assert polls <= took / POLL_PACE_S + 3, (polls, took)
+
+
 @pytest.mark.postgres
 def test_two_servers_on_one_database(tmp_path: Path) -> None:
     """Scale-out: a change through one server reaches a mount connected to the other within a

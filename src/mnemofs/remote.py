@@ -59,6 +59,7 @@ ENV_TOKEN = "MNEMOFS_TOKEN"
 TIMEOUT_S = 30.0  # a request that takes longer is taken for a lost server
 IDLE_REOPEN_S = 4.0  # below uvicorn's keep-alive timeout (5 s)
 WAIT_S = 20.0  # one long poll
+POLL_PACE_S = 0.05  # after a poll that heard news, the next waits this long (as the watcher)
 CHANGES_PAGE = 5000  # change feed entries per request
 FETCH_IDS = 100  # memories per request when catching up (each up to 100 KB of content)
 ACCESS_FLUSH_S = 1.0  # reads noted are sent within this long (a mount's upkeep, ``checkpoint``)
@@ -440,8 +441,11 @@ class ChangeStream:
 
     def _run(self) -> None:
         known: dict[str, int] | None = None
+        next_poll = 0.0  # when a poll answered "moved" may be followed by the next
         while not self._stop.is_set():
             try:
+                if next_poll > (now := time.monotonic()) and self._stop.wait(next_poll - now):
+                    return
                 if known is None:
                     states = self._poller.store_states(self._store_ids)
                     known = {str(k): v.revision for k, v in states.items()}
@@ -454,6 +458,9 @@ class ChangeStream:
                     known[sid] = int(state["revision"])
                 if data["changed"]:
                     self._wake(set(data["changed"]))
+                    # While this mount writes, its own commits answer every poll at once: a
+                    # poll right after would make hundreds a second for nothing.
+                    next_poll = time.monotonic() + POLL_PACE_S
             except errors.AccessRevoked:
                 return
             except errors.MnemofsError as exc:
