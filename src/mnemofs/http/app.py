@@ -87,8 +87,8 @@ class Guard:
             refusal, receive = await self._admit(scope, receive, request_id)
             if refusal is not None:
                 await refusal(scope, receive, send_with_id)
-            elif (lean := self._lean_route(scope)) is not None:
-                await self._lean.answer(*lean, scope, receive, send_with_id)  # type: ignore[union-attr]
+            elif (found := self._lean_routes(scope).find(scope)) is not None:
+                await self._lean_routes(scope).answer(*found, scope, receive, send_with_id)
             else:
                 await self.app(scope, receive, send_with_id)
         finally:
@@ -104,10 +104,10 @@ class Guard:
                 },
             )
 
-    def _lean_route(self, scope: Scope) -> tuple[Any, dict[str, Any]] | None:
+    def _lean_routes(self, scope: Scope) -> LeanRoutes:
         if self._lean is None:
             self._lean = LeanRoutes(scope["app"])
-        return self._lean.find(scope)
+        return self._lean
 
     async def _admit(
         self, scope: Scope, receive: Receive, request_id: str

@@ -1,11 +1,12 @@
 """Routes the framework has nothing to do for, answered by the guard (``app.Guard``) itself.
 
 A route is lean when its endpoint is ``async``, takes the request and ``str`` path parameters
-and nothing else, and has no dependencies: it reads its own body (``mounts._body``) and returns
-a ``Response``. That is every save, delete, rename and directory change of a remote mount. For
-those the framework's per-request work (its exception middleware, its routing, its parameter
-machinery, the endpoint's wrappers) is all overhead: ~0.3 ms of a ~1 ms round trip here, ten
-times the store call of a ``store_states`` (docs/decisions.md, "The server's own work").
+and nothing else, and has no dependencies: it reads its own body and query (``mounts._body``,
+``mounts._query``) and returns a ``Response``. That is every call of a remote mount or sync
+worker. For those the framework's per-request work (its exception middleware, its routing, its
+parameter machinery, the endpoint's wrappers) is all overhead: ~0.3 ms of a ~1 ms round trip
+here, ten times the store call of a ``store_states`` (docs/decisions.md, "The guard answers
+lean routes itself").
 
 The framework stays the one description of the API: the routes are its own, matched in its
 order by its compiled patterns and convertors; a request whose first full match is not lean,
@@ -21,7 +22,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
-from starlette._utils import get_route_path
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
@@ -37,7 +37,9 @@ class LeanRoutes:
     def find(self, scope: Scope) -> tuple[APIRoute, dict[str, Any]] | None:
         """The lean route that answers this request and its path parameters; None when the
         framework's routing would pick another route, or none."""
-        path = get_route_path(scope)
+        if scope.get("root_path"):
+            return None  # served under a prefix: the framework's to strip and match
+        path = scope["path"]
         method = scope["method"]
         for route, lean in self._routes:
             regex = getattr(route, "path_regex", None)
