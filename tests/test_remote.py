@@ -5,11 +5,13 @@ the remote backend has to get right. (The whole mounted suite also runs over it:
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -168,6 +170,34 @@ def test_a_mount_catches_up_on_many_changes_in_one_fetch(
             if r.get("method") == "GET" and str(r.get("path", "")).startswith(f"{store}/memories/")
         ]
         assert one_by_one == []
+
+
+def test_a_save_s_reply_does_not_send_its_content_back(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """The client has the content it just sent: the reply names the memory and its hash,
+    and ``RemoteBackend.save_file`` returns the memory whole, as the store does."""
+    w = World(engine)
+    token = token_for(db_url, w.session.id)
+    text = "saved once, sent once\n" * 200
+    with serving(db_url, tmp_path / "server.log") as server:
+        body = json.dumps({"path": "/raw.md", "content": text}).encode()
+        request = urllib.request.Request(
+            f"{server.url}/mnemofs/v1/memory_stores/{w.notes}/saves",
+            data=body,
+            method="POST",
+            headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            reply = json.loads(response.read())
+        assert reply["memory"]["content"] is None
+        assert reply["memory"]["content_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+        backend = RemoteBackend(server.url, token)
+        memory, created = backend.save_file(w.notes, "/whole.md", text)
+        assert created
+        assert memory == w.service.get_memory(w.notes, memory.id)
+        assert memory.content == text
+        backend.close()
 
 
 def test_a_mount_s_own_burst_does_not_make_it_poll_at_every_save(

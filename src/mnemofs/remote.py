@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -298,7 +299,8 @@ class RemoteBackend:
         text = content.text if isinstance(content, Content) else content
         body = {"path": path, "content": text, "memory_id": memory_id}
         data = self._call("POST", f"{self._store(store_id)}/saves", body)
-        return _memory(data["memory"]), bool(data["created"])
+        # The server does not send back what it was sent: the memory holds it now.
+        return replace(_memory(data["memory"]), content=text), bool(data["created"])
 
     def rename_over(
         self,

@@ -375,7 +375,10 @@ async def save_file(request: Request, store_id: str) -> Response:
         memory_id=body.memory_id,
         actor=caller.actor,
     )
-    return reply({"memory": memory.to_dict(), "created": created})
+    # Without its content: the client has it (it just sent it), and a file's content twice
+    # more in JSON (encoded here, decoded there) was ~5% of a 4 KiB save's round trip.
+    shown = dataclasses.replace(memory, content=None)
+    return reply({"memory": shown.to_dict(), "created": created})
 
 
 @router.post(
