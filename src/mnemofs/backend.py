@@ -12,6 +12,7 @@ the backend. ``Unavailable`` means "could not reach it; nothing known to have ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from mnemofs.content import Content
@@ -58,7 +59,7 @@ class Backend(Protocol):
 
     def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory: ...
 
-    def get_memories(self, store_id: str, memory_ids: list[str]) -> dict[MemoryId, Memory]: ...
+    def get_memories(self, store_id: str, memory_ids: Sequence[str]) -> dict[MemoryId, Memory]: ...
 
     def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory: ...
 

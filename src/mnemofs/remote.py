@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -261,7 +262,7 @@ class RemoteBackend:
         path = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}"
         return _memory(self._call("GET", path, query={"count_access": str(count_access).lower()}))
 
-    def get_memories(self, store_id: str, memory_ids: list[str]) -> dict[MemoryId, Memory]:
+    def get_memories(self, store_id: str, memory_ids: Sequence[str]) -> dict[MemoryId, Memory]:
         wanted = list(dict.fromkeys(memory_ids))
         found: dict[MemoryId, Memory] = {}
         for start in range(0, len(wanted), FETCH_IDS):

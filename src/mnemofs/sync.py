@@ -283,18 +283,18 @@ class SyncWorker:
         last = changes[-1].seq
         newest = {c.version.memory_id: c.version.id for c in changes}  # later ones win
         by_id = {entry.memory_id: path for path, entry in state.files.items()}
-        news: list[str] = [
-            memory_id
-            for memory_id, version_id in newest.items()
-            if (old := by_id.get(memory_id)) is None or state.files[old].version_id != version_id
-        ]  # not the version we wrote or brought down ourselves
+        news: list[MemoryId] = []
+        for memory_id, version_id in newest.items():
+            old = by_id.get(memory_id)
+            if old is None or state.files[old].version_id != version_id:
+                news.append(memory_id)  # not the version we wrote or brought down ourselves
         try:
             found = self.service.get_memories(store_id, news)  # one read (request) for all
         except NotFound:  # the store is gone: so is every memory of it
             found = {}
         for memory_id in news:
             old = by_id.get(memory_id)
-            memory: Memory | None = found.get(MemoryId(memory_id))
+            memory: Memory | None = found.get(memory_id)
             if (
                 memory is not None
                 and old == memory.path

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -111,7 +111,7 @@ class MemoriesMixin(ServiceBase):
             self.note_access(store_id, memory.id)
         return memory
 
-    def get_memories(self, store_id: str, memory_ids: list[str]) -> dict[MemoryId, Memory]:
+    def get_memories(self, store_id: str, memory_ids: Sequence[str]) -> dict[MemoryId, Memory]:
         """The memories of ``memory_ids`` still in the store, with their content, by id; the
         others are left out. One read for a mount or sync worker catching up on many changes
         (through a server, one request instead of one each), so no access is counted. A store
