@@ -2,11 +2,12 @@
 
 A route is lean when its endpoint is ``async``, takes the request and ``str`` path parameters
 and nothing else, and has no dependencies: it reads its own body and query (``mounts._body``,
-``mounts._query``) and returns a ``Response``. That is every call of a remote mount or sync
-worker. For those the framework's per-request work (its exception middleware, its routing, its
-parameter machinery, the endpoint's wrappers) is all overhead: ~0.3 ms of a ~1 ms round trip
-here, ten times the store call of a ``store_states`` (docs/decisions.md, "The guard answers
-lean routes itself").
+``mounts._query``) and returns a ``Response``. That is every change and every catch-up of a
+remote mount or sync worker; its rarer reads (``.history``, an old version) still go through
+the framework. For those the framework's per-request work (its exception middleware, its
+routing, its parameter machinery, the endpoint's wrappers) is all overhead: ~0.3 ms of a ~1 ms
+round trip here, ten times the store call of a ``store_states`` (docs/decisions.md, "The guard
+answers lean routes itself").
 
 The framework stays the one description of the API: the routes are its own, matched in its
 order by its compiled patterns and convertors; a request whose first full match is not lean,
