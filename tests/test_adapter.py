@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyfuse3
 import pytest
 
+from mnemofs import errors
 from mnemofs.fs.access import Owner
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import ROOT_INO, MemoryFs
@@ -156,3 +157,27 @@ async def test_group_access_lets_members_in(service: MemoryService) -> None:
     assert await code(adapter.lookup(ROOT_INO, b"shared", Ctx(uid=4300, gid=4300))) == (
         errno.EACCES
     )
+
+
+@pytest.mark.trio
+async def test_a_save_of_unknown_outcome_is_read_back(
+    adapter: Adapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EIO for a save the database may have committed as it went away: until a look for
+    changes has read the stores back, the mount takes none of its writes as seen
+    (``RefreshMixin.adopt_own``)."""
+    notes = await adapter.lookup(ROOT_INO, b"notes", Ctx())
+    entry = await adapter.lookup(notes.st_ino, b"a.md", Ctx())
+    info = await adapter.open(entry.st_ino, os.O_WRONLY | os.O_APPEND, Ctx())
+    await adapter.write(info.fh, 0, b"more\n")
+
+    def gone(*args: object, **kwargs: object) -> None:
+        raise errors.Unavailable("the database went away as the save committed")
+
+    monkeypatch.setattr(adapter.fs.service, "save_file", gone)  # a fault, injected
+    assert await code(adapter.flush(info.fh)) == errno.EIO
+    monkeypatch.undo()
+    await adapter.release(info.fh)
+    assert adapter.fs.in_step is False
+    adapter.fs.refresh()
+    assert adapter.fs.in_step is True

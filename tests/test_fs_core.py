@@ -12,7 +12,7 @@ from mnemofs import errors, limits
 from mnemofs.fs import files
 from mnemofs.fs.adapter import errno_for
 from mnemofs.fs.core import FsError, MemoryFs, Node
-from mnemofs.models import Memory
+from mnemofs.models import Change, Memory
 from mnemofs.paths import TEMP_NAME
 from mnemofs.store import MemoryService
 
@@ -453,3 +453,71 @@ def test_a_refused_rename_leaves_the_directory_as_it_was(fs: MemoryFs) -> None:
         assert {"page.md.tmp", "a.md", "new.md"} <= set(root.children)
     fs.release(fh)
     assert stored(fs) == {"/a.md": "alpha", "/new.md": ""}
+
+
+def reads_of_changes(fs: MemoryFs, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many changes each ``changes`` call of ``fs``'s service returns, from now on."""
+    seen: list[int] = []
+    real = fs.service.changes
+
+    def counted(*args: object, **kwargs: object) -> list[Change]:
+        found = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(len(found))
+        return found
+
+    monkeypatch.setattr(fs.service, "changes", counted)
+    return seen
+
+
+def test_own_changes_are_taken_as_seen(fs: MemoryFs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look that heard nobody else write (SQLite's ``data_version`` unchanged) takes what
+    the mount wrote since as seen: the next look for changes reads none of it back. Where
+    that cannot be said (PostgreSQL), it reads them back, as ever."""
+    root = store_root(fs)
+    fs.refresh()
+    version = fs.service.data_version()
+    write_file(fs, root, "b.md", b"bee")
+    fs.mkdir(root.ino, "d")
+    fs.rename(root.ino, "b.md", root.ino, "c.md")
+    fs.unlink(root.ino, "a.md")
+    fs.adopt_own(version)
+    reads = reads_of_changes(fs, monkeypatch)
+    invalidations = fs.refresh()
+    if version is None:  # PostgreSQL: the three versions read back
+        assert reads == [3]
+        return
+    assert (invalidations, reads) == ([], [])
+
+
+def test_a_change_from_elsewhere_is_never_taken_as_own(
+    fs: MemoryFs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = store_root(fs)
+    fs.refresh()
+    version = fs.service.data_version()
+    write_file(fs, root, "b.md", b"bee")
+    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
+    try:
+        other.create_memory(fs.mounts[0].store_id, "/theirs.md", "theirs")
+    finally:
+        other.close()
+    fs.adopt_own(version)  # someone else committed since the look: nothing is taken
+    fs.refresh()
+    assert fs.lookup(root.ino, "theirs.md") is not None
+
+
+def test_a_directory_move_is_read_back(fs: MemoryFs) -> None:
+    """A directory's move gives every memory under it a new version the tree does not know:
+    nothing is taken as seen until a look for changes has read them."""
+    root = store_root(fs)
+    sub = fs.mkdir(root.ino, "d")
+    write_file(fs, sub, "f.md", b"eff")
+    fs.refresh()
+    version = fs.service.data_version()
+    fs.rename(root.ino, "d", root.ino, "e")
+    fs.adopt_own(version)
+    fs.refresh()
+    node = fs.lookup(fs.lookup(root.ino, "e").ino, "f.md")
+    assert node.memory_id is not None
+    head = fs.service.get_memory(fs.mounts[0].store_id, node.memory_id)
+    assert (head.path, node.version_id) == ("/e/f.md", head.memory_version_id)

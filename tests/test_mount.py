@@ -360,6 +360,32 @@ def test_api_changes_show_within_a_second(env: Env) -> None:
     assert wait_for(lambda: not target.exists(), timeout=1.0)
 
 
+def test_changes_from_elsewhere_show_while_the_mount_writes(env: Env) -> None:
+    """A mount busy with its own saves takes them as seen as it goes (fs/refresh.py
+    ``adopt_own``), and never one made elsewhere in between: each shows, and every file of
+    its own still names its memory's newest version."""
+    folder = env.rw / "busy"
+    folder.mkdir()
+    theirs = []
+    for i in range(200):
+        (folder / f"f{i}.md").write_text(f"own {i}\n")
+        if i % 40 == 20:
+            theirs.append(f"t{i}.md")
+            env.service.create_memory(env.rw_id, f"/busy/t{i}.md", "theirs\n", actor="cli")
+    assert wait_for(lambda: all((folder / name).exists() for name in theirs), timeout=5.0)
+    os.rename(folder, env.rw / "moved")  # every memory under it gets a new version
+    assert wait_for(lambda: (env.rw / "moved" / "t20.md").exists(), timeout=5.0)
+    for i in range(0, 200, 37):
+        path = env.rw / "moved" / f"f{i}.md"
+        head = env.memory(f"/moved/f{i}.md")
+        assert wait_for(
+            lambda p=path, h=head: (
+                os.getxattr(p, "user.mnemofs.version_id").decode() == h.memory_version_id
+            ),
+            timeout=5.0,
+        )
+
+
 def test_a_change_made_as_the_mount_starts_shows(
     db_url: str, engine: Engine, tmp_path: Path
 ) -> None:

@@ -178,6 +178,39 @@ def test_rename_over_folds_a_fresh_temporary(service: MemoryService, store_id: s
     assert newest.operation == "deleted"
 
 
+def test_own_since_vouches_only_while_nobody_else_committed(
+    service: MemoryService, store_id: str
+) -> None:
+    """What a mount takes as its own (``own_since``): each store's state and the end of its
+    change feed, while no other connection has committed since ``data_version`` said so; never
+    once another has (PostgreSQL, which has no data_version, never)."""
+    version = service.data_version()
+    made = service.create_memory(store_id, "/mine.md", "mine")
+    service.make_directory(store_id, "/dir")
+    heads = service.own_since([store_id], version)
+    if service.engine.dialect != "sqlite":
+        assert (version, heads) == (None, None)
+        return
+    assert heads is not None
+    state, last_seq = heads[store_id]
+    assert (state.revision, state.memory_count) == (
+        service.store_states([store_id])[store_id].revision,
+        1,
+    )
+    newest = service.changes(store_id, 0)[-1]
+    assert (newest.version.memory_id, last_seq) == (made.id, newest.seq)
+    assert service.changes(store_id, last_seq) == []
+    other = MemoryService(service.engine, actor="cli")
+    try:
+        other.create_memory(store_id, "/theirs.md", "theirs")
+        assert service.own_since([store_id], version) is None  # someone else wrote since
+        now = service.data_version()
+        assert service.own_since([store_id], now) is not None  # nobody since this look
+    finally:
+        other.close()
+    assert service.own_since([store_id], None) is None
+
+
 def test_change_notifications(service: MemoryService, store_id: str) -> None:
     """PostgreSQL tells listeners which store changed, once per transaction; SQLite has no
     notifications (mounts watch data_version there)."""

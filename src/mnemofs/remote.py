@@ -390,6 +390,11 @@ class RemoteBackend:
     def data_version(self) -> int | None:
         return None
 
+    def own_since(
+        self, store_ids: list[str], version: int | None
+    ) -> dict[StoreId, tuple[StoreState, int]] | None:
+        return None  # a server's database has no data_version to say nobody else wrote
+
     def commit_files(self) -> list[str]:
         return []
 

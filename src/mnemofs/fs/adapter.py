@@ -71,6 +71,10 @@ class Adapter(pyfuse3.Operations):
     def _refused(self, exc: Exception, what: str, ino: int, name: bytes | None = None) -> Any:
         """The FUSEError for a refused change, noted in ``.mnemofs/refusals`` first."""
         error = fuse_error(exc, what)
+        if isinstance(exc, errors.Unavailable) or error.errno == errno.EIO:
+            # Maybe committed all the same (the database went away as it did): the tree may
+            # not show it until the next look for changes reads it back.
+            self.fs.in_step = False
         try:
             node = self.fs.nodes.get(ino)
             where = self.fs.where(node) if node is not None else "?"

@@ -524,6 +524,8 @@ class FilesMixin(TreeBase):
                 try:
                     self.save(node, undo=poisoned)
                 except (MnemofsError, FsError) as exc:
+                    if isinstance(exc, Unavailable):
+                        self.in_step = False  # it may have committed all the same
                     if poisoned:
                         self.temporaries.discard(node)
                         continue

@@ -155,6 +155,7 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
     try:
         while True:
             changed = True
+            adopt = False  # a look while this mount writes, which may take its own as seen
             if first:
                 first = False
             elif service.unavailable is not None:
@@ -189,6 +190,7 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                         version = service.data_version()
                         changed = version is None or version != seen
                         seen = version
+                        adopt = commits is not None and not commits.listening
                         if version is None:  # PostgreSQL without a listener: try again
                             listener = _listen(service)
                 except Exception as exc:
@@ -205,13 +207,17 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                     looked = trio.current_time()
                     await drop_caches(fs.refresh())
                     rest.wake()
+                elif adopt:
+                    fs.adopt_own(seen)  # nobody else wrote: what moved is ours
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
                     promoted = time.monotonic()
                     if fs.promote_temporaries():
                         rest.wake()
             except Unavailable as exc:
+                fs.in_step = False
                 log.warning("cannot look for changes: %s", exc)
             except Exception:
+                fs.in_step = False
                 log.exception("watching for changes failed; retrying")
     finally:
         if listener is not None:

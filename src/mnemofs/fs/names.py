@@ -231,6 +231,9 @@ class NamesMixin(FilesMixin):
         self.save_all(under=node)
         with suppress(NotFound):  # nothing under it was saved yet
             self.service.move_directory(mount.store_id, self.path(node), new_path, actor=self.actor)
+            # Every memory under it has a new version the tree does not know yet: the next
+            # look for changes reads them back (``RefreshMixin.adopt_own`` takes none as seen).
+            self.in_step = False
         if target is not None:
             self._detach(target)
         self._move(node, dst_dir, new_name)

@@ -52,6 +52,10 @@ class TreeBase:
         # Directories whose entries changed since the last refresh (their cached attributes
         # go then: a change from elsewhere moves times and link counts the kernel keeps).
         self.dirs_changed: set[Node] = set()
+        # The tree shows everything in the stores up to the last look (fs/refresh.py): not
+        # while a refresh is under way or after one failed, nor after a change of ours whose
+        # outcome is unknown (the database went away as it committed).
+        self.in_step = True
         self._history_roots: dict[str, Node] = {}  # store id -> its .history (fs/history.py)
         self.notices = NoticeLog()  # .mnemofs/ (fs/notices.py)
         self._notices: Node | None = None

@@ -98,6 +98,40 @@ class FeedMixin(ServiceBase):
 
         return self._read(run)
 
+    def own_since(
+        self, store_ids: list[str], version: int | None
+    ) -> dict[StoreId, tuple[StoreState, int]] | None:
+        """Each store's state and the end of its change feed (the ``seq`` of its newest
+        version, 0 for none), read now, if no other connection has committed since
+        ``data_version`` said ``version`` on this thread: whatever moved them since then was
+        this thread's own writes. None when that cannot be said (another connection committed,
+        or the database keeps no ``data_version``: PostgreSQL). A mount that shows its own
+        writes as it makes them takes these as seen, so the next look for others' changes
+        does not read its own back (``RefreshMixin.adopt_own``)."""
+        if version is None or not store_ids:
+            return None
+        in_list, params = _placeholders("s", list(store_ids))
+
+        def run(tx: Tx) -> dict[StoreId, tuple[StoreState, int]]:
+            rows = tx.all(
+                "SELECT s.id, s.revision, s.archived_at, s.memory_count, "
+                "(SELECT MAX(v.seq) FROM memory_versions v WHERE v.store_id = s.id) AS last "
+                f"FROM memory_stores s WHERE s.id IN ({in_list})",
+                params,
+            )
+            return {
+                StoreId(r.id): (
+                    StoreState(StoreId(r.id), r.revision, r.archived_at, r.memory_count),
+                    int(r.last or 0),
+                )
+                for r in rows
+            }
+
+        heads = self._read(run)
+        # Asked after the read, on the same connection: unchanged, nobody else committed
+        # before the read either.
+        return heads if self.db.data_version() == version else None
+
     def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
         """Versions written to the store after position ``after_seq``, oldest first."""
 
