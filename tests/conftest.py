@@ -103,19 +103,21 @@ BOTH_WAYS = {
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_WAYS:
-        metafunc.fixturenames.append("mount_via")
         metafunc.parametrize("mount_via", ["local", "remote"], indirect=True, scope="module")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def mount_via(request: pytest.FixtureRequest) -> Iterator[str]:
-    """How this module's mounts reach the stores (see ``mounted.VIA``). Module-scoped, so a
-    module's own mount fixtures are made once per way, after it is set."""
+    """How this module's mounts reach the stores (see ``mounted.VIA``): both ways in the
+    ``BOTH_WAYS`` modules, else local. Module-scoped, so a module's own mount fixtures are
+    made once per way, after it is set; autouse, so every test's fixtures include it (a name
+    only appended to a test's fixture names in ``pytest_generate_tests`` was parametrized
+    but never set up with pytest 9.2, as installed here: the "remote" runs were local ones)."""
     from . import mounted
 
-    mounted.VIA = request.param
+    mounted.VIA = getattr(request, "param", "local")
     try:
-        yield request.param
+        yield mounted.VIA
     finally:
         mounted.VIA = "local"
 
