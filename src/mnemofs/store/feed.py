@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from typing import Any
 
 from mnemofs.errors import (
     NotFound,
@@ -34,6 +35,12 @@ from mnemofs.store.rows import (
 )
 from mnemofs.store.sql import Listener
 from mnemofs.store.tx import Tx
+
+_STATE_COLS = "id, revision, archived_at, memory_count"  # of memory_stores: a StoreState
+
+
+def _state(row: Any) -> StoreState:
+    return StoreState(StoreId(row.id), row.revision, row.archived_at, row.memory_count)
 
 
 class FeedMixin(ServiceBase):
@@ -87,14 +94,9 @@ class FeedMixin(ServiceBase):
         in_list, params = _placeholders("s", list(store_ids))
 
         def run(tx: Tx) -> dict[StoreId, StoreState]:
-            return {
-                StoreId(r.id): StoreState(StoreId(r.id), r.revision, r.archived_at, r.memory_count)
-                for r in tx.all(
-                    "SELECT id, revision, archived_at, memory_count FROM memory_stores "
-                    f"WHERE id IN ({in_list})",
-                    params,
-                )
-            }
+            query = f"SELECT {_STATE_COLS} FROM memory_stores WHERE id IN ({in_list})"
+            rows = tx.all(query, params)
+            return {StoreId(r.id): _state(r) for r in rows}
 
         return self._read(run)
 
@@ -114,18 +116,12 @@ class FeedMixin(ServiceBase):
 
         def run(tx: Tx) -> dict[StoreId, tuple[StoreState, int]]:
             rows = tx.all(
-                "SELECT s.id, s.revision, s.archived_at, s.memory_count, "
-                "(SELECT MAX(v.seq) FROM memory_versions v WHERE v.store_id = s.id) AS last "
-                f"FROM memory_stores s WHERE s.id IN ({in_list})",
+                f"SELECT {_STATE_COLS}, (SELECT MAX(v.seq) FROM memory_versions v "
+                f"WHERE v.store_id = memory_stores.id) AS last "
+                f"FROM memory_stores WHERE id IN ({in_list})",
                 params,
             )
-            return {
-                StoreId(r.id): (
-                    StoreState(StoreId(r.id), r.revision, r.archived_at, r.memory_count),
-                    int(r.last or 0),
-                )
-                for r in rows
-            }
+            return {StoreId(r.id): (_state(r), int(r.last or 0)) for r in rows}
 
         heads = self._read(run)
         # Asked after the read, on the same connection: unchanged, nobody else committed
