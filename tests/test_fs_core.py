@@ -521,3 +521,71 @@ def test_a_directory_move_is_read_back(fs: MemoryFs) -> None:
     assert node.memory_id is not None
     head = fs.service.get_memory(fs.mounts[0].store_id, node.memory_id)
     assert (head.path, node.version_id) == ("/e/f.md", head.memory_version_id)
+
+
+def test_a_refresh_cut_short_is_taken_up_again(
+    fs: MemoryFs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away between a refresh's look at the stores' revisions and its read
+    of what changed: the next refresh reads those changes, though the revision it saw is
+    not new to it any more."""
+    root = store_root(fs)
+    fs.refresh()
+    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
+    try:
+        other.create_memory(fs.mounts[0].store_id, "/theirs.md", "theirs")
+    finally:
+        other.close()
+
+    def gone(*args: object, **kwargs: object) -> None:
+        raise errors.Unavailable("the database went away mid-refresh")
+
+    monkeypatch.setattr(fs.service, "changes", gone)  # a fault, injected
+    with pytest.raises(errors.Unavailable):
+        fs.refresh()
+    monkeypatch.undo()
+    assert fs.in_step is False
+    fs.refresh()
+    assert fs.lookup(root.ino, "theirs.md") is not None
+    assert fs.in_step is True
+
+
+@pytest.mark.trio
+async def test_a_look_that_failed_is_taken_again(
+    fs: MemoryFs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh that fails for a reason other than the database (a fault, injected once) is
+    tried again at the watcher's next look, within a second, not only once someone commits
+    again: the change it failed to show may be the last for a long time."""
+    import trio
+
+    from mnemofs.fs.mount import Rest, _watch_changes
+
+    root = store_root(fs)
+    refresh = fs.refresh
+    faults = [RuntimeError("a fault, injected")]
+    shown = trio.Event()
+
+    def failing_once() -> list[object]:
+        store = fs.mounts[0].store_id
+        if faults and fs.service.store_states([store])[store].revision != fs.mounts[0].revision:
+            raise faults.pop()  # a refresh with something to show
+        refresh()
+        if fs.lookup(root.ino, "theirs.md") is not None:
+            shown.set()
+        return []  # no kernel here: nothing to drop
+
+    monkeypatch.setattr(fs, "refresh", failing_once)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_changes, fs, fs.service, Rest(False))
+        await trio.sleep(0.2)  # its first look is behind it
+        other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
+        try:
+            other.create_memory(fs.mounts[0].store_id, "/theirs.md", "theirs")
+        finally:
+            other.close()
+        with trio.move_on_after(3.0):
+            await shown.wait()
+        nursery.cancel_scope.cancel()
+    assert faults == []  # the fault happened
+    assert fs.lookup(root.ino, "theirs.md") is not None

@@ -218,6 +218,9 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                 log.warning("cannot look for changes: %s", exc)
             except Exception:
                 fs.in_step = False
+                # The next look refreshes whatever it hears: what this one failed to read may
+                # be the last change for a long time (on PostgreSQL it always would).
+                seen = None
                 log.exception("watching for changes failed; retrying")
     finally:
         if listener is not None:

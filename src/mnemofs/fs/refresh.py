@@ -4,6 +4,8 @@ change and which kernel caches to drop.
 
 from __future__ import annotations
 
+import contextlib
+
 from mnemofs.errors import NotFound
 from mnemofs.fs.files import FilesMixin
 from mnemofs.fs.nodes import (
@@ -26,27 +28,33 @@ class RefreshMixin(FilesMixin):
             state = states.get(mount.store_id)
             if state is None or state.revision == mount.revision:
                 continue
+            # Everything is read before anything is taken: a read that fails (the database
+            # went away) leaves the mount's revision and feed position as they were, for the
+            # next refresh to read again. Taken first, that refresh saw the revision as known
+            # and skipped the store: the tree stayed behind until its next change.
+            changes = self.service.changes(mount.store_id, mount.last_seq, limit=100_000)
+            latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
+            for change in changes:
+                latest.pop(change.version.memory_id, None)
+                latest[change.version.memory_id] = change
+            news = [memory_id for memory_id, change in latest.items() if not self._knows(change)]
+            found: dict[MemoryId, Memory] = {}
+            if news:
+                # One read for all (through a server, one request per hundred, not one each).
+                with contextlib.suppress(NotFound):  # the store is gone: so is every memory
+                    found = self.service.get_memories(mount.store_id, news)
+            directories = self.service.explicit_directories(mount.store_id)
             mount.revision = state.revision
             mount.archived = state.archived_at is not None
             mount.count = state.memory_count
             if mount.root is not None:
                 out.append(Invalidation("inode", mount.root.ino))
-            latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
-            for change in self.service.changes(mount.store_id, mount.last_seq, limit=100_000):
+            for change in changes:
                 mount.last_seq = change.seq
                 self._heard(mount, change)
-                latest.pop(change.version.memory_id, None)
-                latest[change.version.memory_id] = change
-            news = [memory_id for memory_id, change in latest.items() if not self._knows(change)]
-            if news:
-                # One read for all (through a server, one request per hundred, not one each).
-                try:
-                    found = self.service.get_memories(mount.store_id, news)
-                except NotFound:  # the store is gone: so is every memory of it
-                    found = {}
-                for memory_id in news:
-                    out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
-            out += self._sync_directories(mount)
+            for memory_id in news:
+                out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
+            out += self._sync_directories(mount, directories)
         # A directory whose entries changed has a new mtime and maybe link count: its cached
         # attributes go too (the kernel keeps them for adapter.TIMEOUT_S otherwise).
         out += [Invalidation("attrs", d.ino) for d in self.dirs_changed if not d.unlinked]
@@ -147,11 +155,12 @@ class RefreshMixin(FilesMixin):
         out.append(Invalidation("inode", node.ino))
         return out
 
-    def _sync_directories(self, mount: StoreMount) -> list[Invalidation]:
-        """Show directories made elsewhere (mkdir through another mount). Directories removed
-        elsewhere stay until this mount's rmdir or remount (they are empty by then)."""
+    def _sync_directories(self, mount: StoreMount, directories: list[str]) -> list[Invalidation]:
+        """Show ``directories``, the store's, made elsewhere (mkdir through another mount).
+        Directories removed elsewhere stay until this mount's rmdir or remount (they are
+        empty by then)."""
         out: list[Invalidation] = []
-        for prefix in self.service.explicit_directories(mount.store_id):
+        for prefix in directories:
             if self._lookup_path(mount, prefix) is None:
                 node = self._ensure_dir(mount, prefix.strip("/"))
                 assert node.parent is not None
