@@ -189,6 +189,31 @@ def test_atime_is_kept_as_set(env: Env) -> None:
     )
 
 
+def test_times_set_before_the_close_are_kept(env: Env, tmp_path: Path) -> None:
+    """``cp -a`` and ``cp -p`` write a file, set the source's times on the descriptor and
+    only then close it: those times stand, though that is when the content is saved."""
+    source = tmp_path / "old.md"
+    source.write_text("written long ago\n")
+    os.utime(source, ns=(1_100_000_000_000_000_000, 1_200_000_000_000_000_000))
+    for flag in ("-a", "-p"):
+        target = env.rw / f"copied{flag}.md"
+        subprocess.run(["cp", flag, str(source), str(target)], check=True)
+        st = os.stat(target)
+        assert st.st_mtime_ns == 1_200_000_000_000_000_000, flag
+        assert target.read_text() == "written long ago\n"
+        memory = env.memory(f"/copied{flag}.md")
+        history = env.service.list_versions(env.rw_id, memory_id=memory.id)
+        assert len(list(history)) == 1  # one save, as the times were set
+    fd = os.open(env.rw / "python.md", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"saved as its times were set\n")
+        os.utime(fd, ns=(1_300_000_000_000_000_000, 1_400_000_000_000_000_000))
+        assert os.fstat(fd).st_mtime_ns == 1_400_000_000_000_000_000
+    finally:
+        os.close(fd)
+    assert os.stat(env.rw / "python.md").st_mtime_ns == 1_400_000_000_000_000_000
+
+
 def test_nlink_counts_subdirectories_and_unlinked_files(env: Env) -> None:
     assert os.stat(env.rw).st_nlink == 3  # ., .. and notes/
     (env.rw / "a").mkdir()

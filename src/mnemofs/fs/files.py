@@ -464,10 +464,12 @@ class FilesMixin(TreeBase):
             node.atime_ns = atime_ns  # kept while mounted (not stored: see docs/decisions.md)
             node.ctime_ns = _now_ns()
         if mtime_ns is not None:
-            node.mtime_ns = mtime_ns
-            node.ctime_ns = _now_ns()
             if node.file is not None and node.file.dirty:
                 self.save(node)  # touch, cp -p, tar: setting times ends a save
+            # After the save, which stamps its own time: cp -a and cp -p set the source's
+            # times on the descriptor they wrote, before its close.
+            node.mtime_ns = mtime_ns
+            node.ctime_ns = _now_ns()
         return node
 
     def save_all(self, under: Node | None = None) -> list[tuple[str, Exception]]:
