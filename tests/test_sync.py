@@ -669,6 +669,52 @@ def test_a_retried_path_is_not_deleted_while_the_database_cannot_answer(
     service.close()
 
 
+class DeletesDownService(MemoryService):
+    """The real service, with the database unreachable for deletes."""
+
+    down = False
+
+    def delete_memory(self, *args: Any, **kw: Any) -> Any:
+        if self.down:
+            raise Unavailable("the database is unreachable (test)")
+        return super().delete_memory(*args, **kw)
+
+
+def test_a_pass_cut_short_leaves_nothing_behind(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """The database goes away in the middle of a watching worker's pass: what that pass had
+    not got to (an edit inotify told of, a memory waiting for its way to clear) is taken up
+    by the next pass once it is back, not forgotten until touched again."""
+    service = DeletesDownService(engine, actor="api")
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/a.md", "alpha\n")
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(tmp_path))
+    worker = SyncWorker(service, session, tmp_path / "memory", interval=0.01)
+    worker.reconcile()
+    worker.watch_local_changes()
+    worker.reconcile()  # makes the watch
+    worker.reconcile()  # the one full look after a new watch
+    notes = tmp_path / "memory" / "notes"
+    (notes / "plans").write_text("a file where a directory goes\n")
+    service.create_memory(store, "/plans/q3.md", "quarter three\n")
+    (notes / "a.md").unlink()
+    worker.reconcile()  # the delete is held for an interval
+    assert "/plans/q3.md" in worker.states[store].retry  # waits for its way to clear
+    time.sleep(0.02)
+    (notes / "plans").unlink()
+    (notes / "b.md").write_text("bee\n")
+    service.down = True
+    report = worker.reconcile()  # the delete of /a.md comes first, and fails
+    assert any("unreachable" in e for e in report.errors), report.errors
+    service.down = False
+    assert worker.reconcile().errors == []
+    assert {m.path for m in service.list_memories(store)} == {"/b.md", "/plans/q3.md"}
+    assert service.find_memory(store, "/b.md").content == "bee\n"
+    assert (notes / "plans" / "q3.md").read_text() == "quarter three\n"
+    service.close()
+
+
 def test_sync_with_attach_twice_finds_the_last_baseline(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

@@ -167,42 +167,49 @@ class SyncWorker:
             return
         state.retry = set()
         now = time.time()
-        had = (len(report.downloaded), len(report.deleted_local), set(state.directories))
-        moves = Moves(state, paths - set(local) if writable else set(), links, remote)
-        for path in sorted(paths):
-            try:
-                if path in links or any(path.startswith(link + "/") for link in links):
-                    raise LinkInPath(path)
-                self._reconcile_path(
-                    store_id,
-                    folder,
-                    state,
-                    path,
-                    local.get(path),
-                    remote.get(path, UNCHANGED),
-                    writable,
-                    now,
-                    report,
-                    moves,
-                )
-            except LinkInPath as exc:
-                state.retry.add(path)
-                self._report(
-                    f"{store_id}:{path}",
-                    "link",
-                    f"{path}: not synced: {exc.what} on the way (never followed)",
-                    report,
-                )
-            except (NotFound, OSError) as exc:
-                # Changed or gone on either side while we looked: only this path waits.
-                state.retry.add(path)
-                log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
-        files = [*local, *report.downloaded[had[0] :]]
-        scanned = None if dirs is None else (dirs, files)
-        emptied = report.deleted_local[had[1] :]
-        reconcile_directories(
-            self.service, store_id, folder, state, scanned, emptied, links, writable, report
-        )
+        try:
+            had = (len(report.downloaded), len(report.deleted_local), set(state.directories))
+            moves = Moves(state, paths - set(local) if writable else set(), links, remote)
+            for path in sorted(paths):
+                try:
+                    if path in links or any(path.startswith(link + "/") for link in links):
+                        raise LinkInPath(path)
+                    self._reconcile_path(
+                        store_id,
+                        folder,
+                        state,
+                        path,
+                        local.get(path),
+                        remote.get(path, UNCHANGED),
+                        writable,
+                        now,
+                        report,
+                        moves,
+                    )
+                except LinkInPath as exc:
+                    state.retry.add(path)
+                    self._report(
+                        f"{store_id}:{path}",
+                        "link",
+                        f"{path}: not synced: {exc.what} on the way (never followed)",
+                        report,
+                    )
+                except (NotFound, OSError) as exc:
+                    # Changed or gone on either side while we looked: only this path waits.
+                    state.retry.add(path)
+                    log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
+            files = [*local, *report.downloaded[had[0] :]]
+            scanned = None if dirs is None else (dirs, files)
+            emptied = report.deleted_local[had[1] :]
+            reconcile_directories(
+                self.service, store_id, folder, state, scanned, emptied, links, writable, report
+            )
+        except BaseException:
+            # Cut short (the database or server went away): what waited for a retry still
+            # waits, and what inotify told of was drained, so the next look is a full one.
+            state.retry |= left
+            self.fresh.add(store_id)
+            raise
         if state.last_seq != last_seq or state.retry != left or state.directories != had[2]:
             state.last_seq = last_seq
             self.dirty = True
