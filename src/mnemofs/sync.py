@@ -166,38 +166,11 @@ class SyncWorker:
             log.error("%s", message)
             return
         state.retry = set()
-        now = time.time()
+        had = (len(report.downloaded), len(report.deleted_local), set(state.directories))
         try:
-            had = (len(report.downloaded), len(report.deleted_local), set(state.directories))
-            moves = Moves(state, paths - set(local) if writable else set(), links, remote)
-            for path in sorted(paths):
-                try:
-                    if path in links or any(path.startswith(link + "/") for link in links):
-                        raise LinkInPath(path)
-                    self._reconcile_path(
-                        store_id,
-                        folder,
-                        state,
-                        path,
-                        local.get(path),
-                        remote.get(path, UNCHANGED),
-                        writable,
-                        now,
-                        report,
-                        moves,
-                    )
-                except LinkInPath as exc:
-                    state.retry.add(path)
-                    self._report(
-                        f"{store_id}:{path}",
-                        "link",
-                        f"{path}: not synced: {exc.what} on the way (never followed)",
-                        report,
-                    )
-                except (NotFound, OSError) as exc:
-                    # Changed or gone on either side while we looked: only this path waits.
-                    state.retry.add(path)
-                    log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
+            self._reconcile_paths(
+                store_id, folder, state, paths, local, remote, links, writable, report
+            )
             files = [*local, *report.downloaded[had[0] :]]
             scanned = None if dirs is None else (dirs, files)
             emptied = report.deleted_local[had[1] :]
@@ -215,6 +188,51 @@ class SyncWorker:
             self.dirty = True
         if self.watching and store_id not in self.watches:
             self._watch(store_id, folder.path)
+
+    def _reconcile_paths(
+        self,
+        store_id: str,
+        folder: Folder,
+        state: StoreState,
+        paths: set[str],
+        local: dict[str, os.stat_result],
+        remote: dict[str, Any],
+        links: set[str],
+        writable: bool,
+        report: Report,
+    ) -> None:
+        """Each path in turn; one that changed or went mid-pass, or lies under a link, waits
+        for the next pass (``state.retry``)."""
+        now = time.time()
+        moves = Moves(state, paths - set(local) if writable else set(), links, remote)
+        for path in sorted(paths):
+            try:
+                if path in links or any(path.startswith(link + "/") for link in links):
+                    raise LinkInPath(path)
+                self._reconcile_path(
+                    store_id,
+                    folder,
+                    state,
+                    path,
+                    local.get(path),
+                    remote.get(path, UNCHANGED),
+                    writable,
+                    now,
+                    report,
+                    moves,
+                )
+            except LinkInPath as exc:
+                state.retry.add(path)
+                self._report(
+                    f"{store_id}:{path}",
+                    "link",
+                    f"{path}: not synced: {exc.what} on the way (never followed)",
+                    report,
+                )
+            except (NotFound, OSError) as exc:
+                # Changed or gone on either side while we looked: only this path waits.
+                state.retry.add(path)
+                log.info("%s: left for the next pass (%s)", path, getattr(exc, "message", exc))
 
     # -- inotify: a long-running worker looks only at what changed locally ----------------------
 
