@@ -589,3 +589,26 @@ async def test_a_look_that_failed_is_taken_again(
         nursery.cancel_scope.cancel()
     assert faults == []  # the fault happened
     assert fs.lookup(root.ino, "theirs.md") is not None
+
+
+def test_a_refresh_reads_every_batch_of_changes(
+    fs: MemoryFs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More changes than a refresh reads at a time (``REFRESH_CHANGES``, two here): it reads
+    batch after batch, and takes the store's revision as seen only with the last. It read
+    one and took the revision: the rest waited for the store's next change."""
+    from mnemofs.fs import refresh
+
+    monkeypatch.setattr(refresh, "REFRESH_CHANGES", 2)
+    root = store_root(fs)
+    fs.refresh()
+    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
+    try:
+        for i in range(5):
+            other.create_memory(fs.mounts[0].store_id, f"/theirs-{i}.md", f"theirs {i}")
+        other.make_directory(fs.mounts[0].store_id, "/made")
+    finally:
+        other.close()
+    fs.refresh()
+    assert [fs.lookup(root.ino, f"theirs-{i}.md") is not None for i in range(5)] == [True] * 5
+    assert fs.lookup(root.ino, "made") is not None

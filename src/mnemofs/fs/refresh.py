@@ -12,7 +12,9 @@ from mnemofs.fs.nodes import (
     Invalidation,
     StoreMount,
 )
-from mnemofs.models import Change, Memory, MemoryId
+from mnemofs.models import Change, Memory, MemoryId, StoreState
+
+REFRESH_CHANGES = 10_000  # changes read at a time when catching up with a store
 
 
 class RefreshMixin(FilesMixin):
@@ -28,39 +30,50 @@ class RefreshMixin(FilesMixin):
             state = states.get(mount.store_id)
             if state is None or state.revision == mount.revision:
                 continue
-            # Everything is read before anything is taken: a read that fails (the database
-            # went away) leaves the mount's revision and feed position as they were, for the
-            # next refresh to read again. Taken first, that refresh saw the revision as known
-            # and skipped the store: the tree stayed behind until its next change.
-            changes = self.service.changes(mount.store_id, mount.last_seq, limit=100_000)
-            latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
-            for change in changes:
-                latest.pop(change.version.memory_id, None)
-                latest[change.version.memory_id] = change
-            news = [memory_id for memory_id, change in latest.items() if not self._knows(change)]
-            found: dict[MemoryId, Memory] = {}
-            if news:
-                # One read for all (through a server, one request per hundred, not one each).
-                with contextlib.suppress(NotFound):  # the store is gone: so is every memory
-                    found = self.service.get_memories(mount.store_id, news)
-            directories = self.service.explicit_directories(mount.store_id)
-            mount.revision = state.revision
-            mount.archived = state.archived_at is not None
-            mount.count = state.memory_count
-            if mount.root is not None:
-                out.append(Invalidation("inode", mount.root.ino))
-            for change in changes:
-                mount.last_seq = change.seq
-                self._heard(mount, change)
-            for memory_id in news:
-                out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
-            out += self._sync_directories(mount, directories)
+            while not self._catch_up(mount, state, out):
+                pass  # more changes than one batch reads: on to the next
         # A directory whose entries changed has a new mtime and maybe link count: its cached
         # attributes go too (the kernel keeps them for adapter.TIMEOUT_S otherwise).
         out += [Invalidation("attrs", d.ino) for d in self.dirs_changed if not d.unlinked]
         self.dirs_changed.clear()
         self.in_step = True
         return out
+
+    def _catch_up(self, mount: StoreMount, state: StoreState, out: list[Invalidation]) -> bool:
+        """Show the next ``REFRESH_CHANGES`` of the store's changes; True once they were the
+        last and the store's ``state`` is taken as seen.
+
+        Everything is read before anything is taken: a read that fails (the database went
+        away) leaves the mount's revision and feed position as they were, for the next
+        refresh to read again. Taken first, that refresh saw the revision as known and
+        skipped the store: the tree stayed behind until its next change. The revision is
+        taken only with the last batch, for the same reason."""
+        changes = self.service.changes(mount.store_id, mount.last_seq, limit=REFRESH_CHANGES)
+        last = len(changes) < REFRESH_CHANGES
+        latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
+        for change in changes:
+            latest.pop(change.version.memory_id, None)
+            latest[change.version.memory_id] = change
+        news = [memory_id for memory_id, change in latest.items() if not self._knows(change)]
+        found: dict[MemoryId, Memory] = {}
+        if news:
+            # One read for all (through a server, one request per hundred, not one each).
+            with contextlib.suppress(NotFound):  # the store is gone: so is every memory
+                found = self.service.get_memories(mount.store_id, news)
+        directories = self.service.explicit_directories(mount.store_id) if last else []
+        if last:
+            mount.revision = state.revision
+            mount.archived = state.archived_at is not None
+            mount.count = state.memory_count
+            if mount.root is not None:
+                out.append(Invalidation("inode", mount.root.ino))
+        for change in changes:
+            mount.last_seq = change.seq
+            self._heard(mount, change)
+        for memory_id in news:
+            out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
+        out += self._sync_directories(mount, directories)
+        return last
 
     def adopt_own(self, version: int | None) -> None:
         """After a look that heard no other writer (SQLite's ``data_version`` still
