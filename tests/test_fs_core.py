@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -56,6 +57,17 @@ def stored(fs: MemoryFs) -> dict[str, str | None]:
         for m in fs.service.list_memories(store)
         if isinstance(m, Memory)
     }
+
+
+@contextmanager
+def elsewhere(fs: MemoryFs) -> Iterator[MemoryService]:
+    """Another connection to the mount's database (a CLI, say): its commits are not the
+    mount's own."""
+    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
+    try:
+        yield other
+    finally:
+        other.close()
 
 
 def code(fn: object, *args: object, **kw: object) -> int:
@@ -496,11 +508,8 @@ def test_a_change_from_elsewhere_is_never_taken_as_own(
     fs.refresh()
     version = fs.service.data_version()
     write_file(fs, root, "b.md", b"bee")
-    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
-    try:
+    with elsewhere(fs) as other:
         other.create_memory(fs.mounts[0].store_id, "/theirs.md", "theirs")
-    finally:
-        other.close()
     fs.adopt_own(version)  # someone else committed since the look: nothing is taken
     fs.refresh()
     assert fs.lookup(root.ino, "theirs.md") is not None
@@ -531,11 +540,8 @@ def test_a_refresh_cut_short_is_taken_up_again(
     not new to it any more."""
     root = store_root(fs)
     fs.refresh()
-    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
-    try:
+    with elsewhere(fs) as other:
         other.create_memory(fs.mounts[0].store_id, "/theirs.md", "theirs")
-    finally:
-        other.close()
 
     def gone(*args: object, **kwargs: object) -> None:
         raise errors.Unavailable("the database went away mid-refresh")
@@ -579,11 +585,8 @@ async def test_a_look_that_failed_is_taken_again(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_changes, fs, fs.service, Rest(False))
         await trio.sleep(0.2)  # its first look is behind it
-        other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
-        try:
+        with elsewhere(fs) as other:
             other.create_memory(fs.mounts[0].store_id, "/theirs.md", "theirs")
-        finally:
-            other.close()
         with trio.move_on_after(3.0):
             await shown.wait()
         nursery.cancel_scope.cancel()
@@ -602,13 +605,10 @@ def test_a_refresh_reads_every_batch_of_changes(
     monkeypatch.setattr(refresh, "REFRESH_CHANGES", 2)
     root = store_root(fs)
     fs.refresh()
-    other = MemoryService(fs.service.engine, actor="cli")  # type: ignore[attr-defined]
-    try:
+    with elsewhere(fs) as other:
         for i in range(5):
             other.create_memory(fs.mounts[0].store_id, f"/theirs-{i}.md", f"theirs {i}")
         other.make_directory(fs.mounts[0].store_id, "/made")
-    finally:
-        other.close()
     fs.refresh()
     assert [fs.lookup(root.ino, f"theirs-{i}.md") is not None for i in range(5)] == [True] * 5
     assert fs.lookup(root.ino, "made") is not None
