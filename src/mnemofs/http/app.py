@@ -35,6 +35,7 @@ from mnemofs import limits
 from mnemofs.errors import MnemofsError, Unavailable
 from mnemofs.http import memories, mounts, pools, sessions, stores, transfer
 from mnemofs.http.access import authenticate
+from mnemofs.http.bell import Bell
 from mnemofs.http.lean import LeanRoutes
 from mnemofs.http.revisions import Revisions
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
@@ -258,11 +259,14 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
-        async with anyio.create_task_group() as tasks:  # the long polls' look (revisions.py)
+        bell = Bell(service)  # what wakes the long polls' look (bell.py, revisions.py)
+        async with anyio.create_task_group() as tasks:
             runner: Runner = app.state.run
-            app.state.revisions = Revisions(lambda ids: runner(service.store_states, ids), tasks)
+            look = functools.partial(runner, service.store_states)
+            app.state.revisions = Revisions(look, tasks, bell)
             yield
             tasks.cancel_scope.cancel()
+        bell.close()
         await run_in_threadpool(service.close)
 
     app = FastAPI(

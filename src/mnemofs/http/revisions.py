@@ -1,13 +1,13 @@
 """What the long polls (``GET /mnemofs/v1/changes/wait``) wait on: one look at the revisions
-of every store any of them waits for, every ``LOOK_S`` while any waits.
+of every store any of them waits for, each time a commit is heard while any waits (bell.py).
 
 Each poll used to look at its own stores every 50 ms, so the server's work grew with the
 sandboxes that merely sat waiting: 50 idle remote mounts on PostgreSQL kept the server at 36%
 of a core (and its database at 1,000 queries a second) with nothing changing. Now a poll looks
 once when it arrives (a store that moved before it came is answered at once, as before), then
 joins the others; a task of the server's looks for all of them at once and answers each poll
-whose stores moved. A look that fails (the database is down) fails every poll waiting on it,
-as each poll's own look did.
+whose stores moved, each time its bell rings (bell.py: a commit heard). A look that fails (the
+database is down) fails every poll waiting on it, as each poll's own look did.
 
 A graceful stop (SIGTERM) answers every poll at once, nothing moved (``release_all``, called
 by ``protocol.BoundedProtocol.shutdown``), and those that come after it as soon as they have
@@ -18,15 +18,18 @@ it takes a fraction of a second now. The client polls again, of this server once
 
 from __future__ import annotations
 
+import logging
+import math
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
 
+from mnemofs.http.bell import LOOK_S, QUIET_LOOK_S, Bell
 from mnemofs.models import StoreId, StoreState
 
-LOOK_S = 0.05  # how often the stores' revisions are looked at while a poll waits
+log = logging.getLogger("mnemofs.http")
 
 Look = Callable[[list[str]], Awaitable[dict[StoreId, StoreState]]]
 
@@ -55,13 +58,16 @@ class _Poll:
 
 class Revisions:
     """The long polls' one look (see the module docstring). ``look`` reads the revisions of
-    the stores named; the looking task runs in ``tasks`` while any poll waits."""
+    the stores named; the looking task runs in ``tasks`` from the first poll on, woken by
+    ``bell`` (without one, a look every ``bell.LOOK_S`` while any poll waits)."""
 
-    def __init__(self, look: Look, tasks: TaskGroup) -> None:
+    def __init__(self, look: Look, tasks: TaskGroup, bell: Bell | None = None) -> None:
         self._look = look
         self._tasks = tasks
+        self._bell = Bell() if bell is None else bell
         self._polls: set[_Poll] = set()
-        self._looking = False
+        self._arrived = anyio.Event()
+        self._looking = False  # the looking task was started (it then runs for good)
         self._released = False
         _RUNNING.add(self)
 
@@ -77,6 +83,7 @@ class Revisions:
         if self._released:
             return [], states
         self._polls.add(poll)
+        self._arrived.set()
         try:
             if not self._looking:
                 self._looking = True
@@ -101,25 +108,42 @@ class Revisions:
                 poll.answered.set()
 
     async def _keep_looking(self) -> None:
+        """Look whenever the bell rings while polls wait; with none waiting, rest until one
+        comes (``Bell.rest`` once a second meanwhile: PostgreSQL's notices are read)."""
+        looked = -math.inf
+        while True:
+            try:
+                looked = await self._step(looked)
+            except Exception:  # never seen: the polls must not go unanswered for it
+                log.exception("the polls' bell failed; looking every %.2f s", LOOK_S)
+                self._bell.close()
+                self._bell = Bell()
+
+    async def _step(self, looked: float) -> float:
+        """One look and the wait for the bell after it (or a rest); when it last looked."""
+        bell = self._bell
+        if not self._polls:
+            bell.rest()
+            self._arrived = anyio.Event()
+            with anyio.move_on_after(QUIET_LOOK_S):
+                await self._arrived.wait()
+            return looked
+        await bell.listen()  # before the look: a commit after it is heard
+        waiting = list(self._polls)
+        ids = sorted({sid for poll in waiting for sid in poll.known})
+        looked = anyio.current_time()
         try:
-            while self._polls:
-                await anyio.sleep(LOOK_S)
-                waiting = list(self._polls)
-                if not waiting:
-                    break
-                ids = sorted({sid for poll in waiting for sid in poll.known})
-                try:
-                    states = await self._look(ids)
-                except Exception as exc:  # every poll waiting on this look fails with it
-                    for poll in waiting:
-                        poll.error = exc
-                        poll.answered.set()
-                    continue
-                for poll in waiting:
-                    if poll.moved(states):
-                        poll.answer(states)
-        finally:
-            self._looking = False
+            states = await self._look(ids)
+        except Exception as exc:  # every poll waiting on this look fails with it
+            for poll in waiting:
+                poll.error = exc
+                poll.answered.set()
+        else:
+            for poll in waiting:
+                if poll.moved(states):
+                    poll.answer(states)
+        await bell.rung(looked)
+        return looked
 
 
 _RUNNING: weakref.WeakSet[Revisions] = weakref.WeakSet()  # this process's (one per app)
