@@ -225,6 +225,49 @@ def test_a_mount_s_own_burst_does_not_make_it_poll_at_every_save(
         assert polls <= took / POLL_PACE_S + 3, (polls, took)
 
 
+def test_an_idle_remote_mount_sends_nothing_but_its_poll(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """An idle remote mount waits on its long poll, which compares revisions and so misses
+    nothing: it used to look at the stores once a second besides (a request a second to the
+    server from every idle sandbox). A change made elsewhere still shows, through the poll."""
+    w = World(engine)
+    notes = tmp_path / "mnt" / "notes"
+    with (
+        serving(db_url, tmp_path / "server.log") as server,
+        remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"),
+    ):
+        assert os.listdir(notes) == []  # up, and its first look done
+        time.sleep(0.5)
+        before = len(server.lines())
+        time.sleep(3.5)
+        assert server.lines()[before:] == []
+        w.service.create_memory(w.notes, "/elsewhere.md", "made elsewhere\n")
+        assert wait_for(lambda: (notes / "elsewhere.md").exists(), timeout=10)
+
+
+def test_a_temp_file_left_alone_in_a_remote_mount_is_saved(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A temp-named file left alone is saved after its grace period however quiet the mount
+    is: its watcher wakes for it, not only for the change stream (which may say nothing for
+    a minute)."""
+    w = World(engine)
+
+    def saved() -> bool:
+        try:
+            return w.service.find_memory(w.notes, "/draft.md.tmp").content == "left alone\n"
+        except errors.NotFound:
+            return False
+
+    with (
+        serving(db_url, tmp_path / "server.log") as server,
+        remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"),
+    ):
+        write(tmp_path / "mnt" / "notes" / "draft.md.tmp", "left alone\n")
+        assert wait_for(saved, timeout=15)
+
+
 @pytest.mark.postgres
 def test_two_servers_on_one_database(tmp_path: Path) -> None:
     """Scale-out: a change through one server reaches a mount connected to the other within a

@@ -32,7 +32,10 @@ from mnemofs.models import (
 
 class ChangeSignal(Protocol):
     """Wakes a watcher: ``fileno()`` turns readable when stores may have changed; ``drain()``
-    then names them (an empty set: look at every store)."""
+    then names them (an empty set: look at every store). Having heard nothing for
+    ``quiet_look_s``, the watcher looks anyway: a notice can be lost, a revision cannot."""
+
+    quiet_look_s: float
 
     def fileno(self) -> int: ...
 

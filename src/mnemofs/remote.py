@@ -433,7 +433,11 @@ class RemoteBackend:
 
 class ChangeStream:
     """A thread that long-polls the server for the stores' revisions and wakes the watcher
-    through a pipe (``fileno`` readable; ``drain`` names the stores that moved)."""
+    through a pipe (``fileno`` readable; ``drain`` names the stores that moved). A poll
+    compares revisions, so the watcher's look after a quiet second (PostgreSQL's notices can
+    be lost) would find nothing more: it was a request a second from every idle mount."""
+
+    quiet_look_s = 60.0
 
     def __init__(self, backend: RemoteBackend, store_ids: list[str]) -> None:
         # Its own backend: the same server and token, its own connection and patience.
@@ -473,6 +477,10 @@ class ChangeStream:
                 return
             except errors.MnemofsError as exc:
                 log.debug("change stream: %s; again shortly", exc)
+                known = None
+                self._stop.wait(0.5)
+            except Exception:  # never seen: the stream goes on (its watcher waits on it)
+                log.exception("change stream failed; again shortly")
                 known = None
                 self._stop.wait(0.5)
 

@@ -57,7 +57,6 @@ QUIET_LOOK_PAUSE_S = 0.005
 # about once a second, and an idle mount still hears the first change at once.
 BUSY_LOOKS_S = 1.0
 PROMOTE_INTERVAL_S = 0.25  # how often temp files left alone are looked at
-PG_FALLBACK_S = 1.0  # PostgreSQL: NOTIFY wakes the watcher at once; this is the safety net
 # A save writes ~15 pages to the SQLite WAL: at 1,500 saves/s that is ~90 MB/s, so a look every
 # 0.25 s let the WAL pass 60 MiB between two checkpoints (issue 17 bounds it at 64 MiB).
 CHECKPOINT_LOOK_S = 0.1
@@ -130,8 +129,9 @@ class Rest:
 async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
     """Notice changes made elsewhere and temp files left alone; drop what the kernel cached.
 
-    PostgreSQL wakes us with NOTIFY (and we look anyway every ``PG_FALLBACK_S``; if the
-    listening connection breaks we poll until it can be made again). On SQLite inotify wakes
+    PostgreSQL wakes us with NOTIFY, a remote mount its long poll (and we look anyway once the
+    signal's ``quiet_look_s`` passed without one; if the listening connection breaks we poll
+    until it can be made again). On SQLite inotify wakes
     us when any process writes the database's files, and ``data_version`` then tells within
     microseconds whether someone else committed; while writes go on we look every
     ``LOOK_INTERVAL_S`` instead of listening (``BUSY_LOOKS_S``); without inotify, a look every
@@ -168,10 +168,15 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                     if listener is not None:
                         if not changed_last:  # our own commits are heard too: pace them
                             await trio.sleep(QUIET_LOOK_PAUSE_S)
-                        with trio.move_on_after(PG_FALLBACK_S):
+                        quiet = listener.quiet_look_s
+                        # Temp files left alone are looked at on time however quiet it is.
+                        patience = min(quiet, PROMOTE_INTERVAL_S) if fs.temporaries else quiet
+                        with trio.move_on_after(patience) as waiting:
                             await trio.lowlevel.wait_readable(listener.fileno())
                             await trio.sleep_until(looked + LOOK_INTERVAL_S)
                             changed = bool(listener.drain() & watched)
+                        if waiting.cancelled_caught:  # nothing heard: a look once it is due
+                            changed = trio.current_time() - looked >= quiet
                     else:
                         if commits is None:
                             await trio.sleep(POLL_INTERVAL_S)

@@ -11,9 +11,10 @@ So a change only notes its store on its transaction (``Tx.tell``); once the tran
 committed, ``Notices`` sends the notes from a thread of its own, at once when it has sent none
 for ``NOTICE_INTERVAL_S``, else that long after the last: a burst of saves is told about 20
 times a second, an isolated change at once, and never before its commit. A listening mount
-looks at most every 50 ms while busy anyway (``LOOK_INTERVAL_S`` in fs/mount.py), and every
-second whatever it hears (``PG_FALLBACK_S``), which is also what covers a notice lost with a
-process that ended between its commit and the send. The thread, and its connection, end once
+looks at most every 50 ms while busy anyway (``LOOK_INTERVAL_S`` in fs/mount.py), and after
+a second without a notice (``Listener.quiet_look_s``), which is also what covers a notice lost
+with a process that ended between its commit and the send. A server's long polls hear the
+notices the same way (http/bell.py), its own included. The thread, and its connection, end once
 it has had nothing to tell for ``NOTICE_IDLE_S``: an idle mount holds no more connections than
 it did before.
 """
@@ -100,7 +101,7 @@ class Notices:
                 self._sent_at = time.monotonic()
                 try:
                     self._send(sorted(stores))
-                except Exception as exc:  # mounts look every PG_FALLBACK_S anyway
+                except Exception as exc:  # mounts look every quiet_look_s anyway
                     log.warning("could not tell listening mounts of a change (%s)", exc)
             if self._stopping.is_set():
                 return

@@ -476,8 +476,13 @@ class Listener:
     shows what it saved itself, and refreshing after each of its own saves cost ~6 ms of every
     save (measured: 141 saves/s against 890/s). The notifications are sent after the commit
     (store/notices.py), also for a save whose connection broke while committing: other mounts
-    hear it, and this one finds whatever it kept at its look every second.
+    hear it, and this one finds whatever it kept at its look every second. A server's bell
+    (http/bell.py) wakes when the connection turns readable, whoever sent the notice.
     """
+
+    # A notice lost with a process that ended between its commit and the send is found by
+    # the look made after this long without one.
+    quiet_look_s = 1.0
 
     def __init__(self, conn: Any, own_pids: Callable[[], set[int]]) -> None:
         self._conn = conn
