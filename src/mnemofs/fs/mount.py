@@ -131,14 +131,14 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
 
     PostgreSQL wakes us with NOTIFY, a remote mount its long poll (and we look anyway once the
     signal's ``quiet_look_s`` passed without one; if the listening connection breaks we poll
-    until it can be made again). On SQLite inotify wakes
-    us when any process writes the database's files, and ``data_version`` then tells within
-    microseconds whether someone else committed; while writes go on we look every
-    ``LOOK_INTERVAL_S`` instead of listening (``BUSY_LOOKS_S``); without inotify, a look every
-    ``POLL_INTERVAL_S``. While the database is unreachable, FUSE requests that need it fail at
-    once with EIO and this task tries to reach it from a worker thread; once back, it catches
-    up on every change. What it hears and the temp files it saves may leave work for the
-    upkeep (the WAL to copy back, the search index to catch up): it wakes it (``Rest``).
+    until it can be made again). On SQLite inotify wakes us when any process writes the
+    database's files, and ``data_version`` then tells within microseconds whether someone else
+    committed; while writes go on we look every ``LOOK_INTERVAL_S`` instead of listening
+    (``BUSY_LOOKS_S``); without inotify, a look every ``POLL_INTERVAL_S``. While the database is
+    unreachable, FUSE requests that need it fail at once with EIO and this task tries to reach
+    it from a worker thread; once back, it catches up on every change. What it hears and the
+    temp files it saves may leave work for the upkeep (the WAL to copy back, the search index to
+    catch up): it wakes it (``Rest``).
     """
     watched = {m.store_id for m in fs.mounts}
     listener = _listen(service)
