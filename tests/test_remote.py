@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from mnemofs import errors
+from mnemofs import errors, remote
 from mnemofs.remote import RemoteBackend
 from mnemofs.store import Engine, MemoryService
 
@@ -141,6 +142,31 @@ def test_an_ended_session_is_eacces(engine: Engine, db_url: str, tmp_path: Path)
             assert w.service.find_memory(w.notes, "/a.md").content == "before the end\n"
             assert "refused the token" in daemon.log.read_text()
             assert token not in daemon.log.read_text()
+
+
+def test_the_change_stream_wakes_its_watcher_when_the_session_ends(
+    engine: Engine, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's poll refused (the session ended) wakes the watcher, whose look meets the
+    refusal too: the mount then fails at once and says why. The stream used to end silently,
+    and an idle mount (its watcher waits on the stream) never knew."""
+    monkeypatch.setattr(remote, "WAIT_S", 0.5)  # the poll after the end comes soon
+    w = World(engine)
+    with serving(db_url, tmp_path / "server.log") as server:
+        backend = RemoteBackend(server.url, token_for(db_url, w.session.id))
+        stream = backend.listen_for_changes()
+        assert stream is not None
+        try:
+            assert select.select([stream], [], [], 10)[0]  # its first look
+            stream.drain()
+            assert not select.select([stream], [], [], 1.5)[0]  # polls with nothing to say
+            w.service.end_session(w.session.id)
+            assert select.select([stream], [], [], 10)[0]
+            with pytest.raises(errors.AccessRevoked):
+                backend.store_states([w.notes])
+        finally:
+            stream.close()
+            backend.close()
 
 
 def test_a_mount_catches_up_on_many_changes_in_one_fetch(
