@@ -9,9 +9,14 @@ import select
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from mnemofs.http.protocol import LINGER_S
 from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
 from mnemofs.store import MemoryService, make_engine
 
@@ -205,5 +210,54 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
     warnings = [line for line in log if line.get("logger") == "mnemofs.http"]
     assert sorted(line["status"] for line in warnings) == [408] * 6 + [431]
     assert all("closed the connection of 127.0.0.1:" in line["message"] for line in warnings)
+    service.close()
+    engine.dispose()
+
+
+def test_a_client_still_sending_reads_its_refusal(tmp_path: Path) -> None:
+    """A refusal sent before the request has all come (a body over the cap, a header over its
+    own) reaches a client that sends it all before it reads, as Python's ``urllib`` does: the
+    server reads and throws away what still comes. Closed at once, the kernel answered those
+    bytes with a reset, and the client got ``ConnectionResetError`` in place of the answer."""
+    url = f"sqlite:///{tmp_path / 'linger.db'}"
+    engine = make_engine(url, create=True)
+    service = MemoryService(engine, actor="cli")
+    key = service.create_api_key("tests").key
+    assert key is not None
+    store = service.create_store("Linger").id
+    auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    big = json.dumps({"path": "/big.md", "content": "x" * (32 << 20)}).encode()
+
+    def refusal(request: urllib.request.Request) -> tuple[int, str]:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        error = json.loads(refused.value.read())["error"]
+        return refused.value.code, error["message"]
+
+    with serving(url, tmp_path / "server.log") as server:
+        memories = f"{server.url}/v1/memory_stores/{store}/memories"
+        for _ in range(3):
+            status, message = refusal(urllib.request.Request(memories, big, auth))
+            assert status == 413
+            assert "a memory holds at most" in message
+        padded = {**auth, "x-pad": "a" * (4 * MAX_REQUEST_HEADER_BYTES)}
+        status, message = refusal(urllib.request.Request(memories, b"{}", padded))
+        assert status == 431
+        assert str(MAX_REQUEST_HEADER_BYTES) in message
+
+        # A client that stops sending and waits is closed on once it has paused a while.
+        host, port = server.url.split("//")[1].split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            head = f"POST {memories.split(port, 1)[1]} HTTP/1.1\r\nhost: x\r\n"
+            head += f"authorization: Bearer {key}\r\ncontent-length: {len(big)}\r\n\r\n"
+            sock.sendall(head.encode() + big[: 4 << 20])
+            started = time.monotonic()
+            raw = _read_all(sock)
+            assert _status(raw) == 413, raw
+            assert time.monotonic() - started < LINGER_S + GRACE_S
+        # And it was all refused: nothing was saved, the server serves on.
+        with urllib.request.urlopen(f"{server.url}/health", timeout=30) as answer:
+            assert answer.status == 200
+    assert list(service.list_memories(store, limit=10)) == []
     service.close()
     engine.dispose()

@@ -12,6 +12,13 @@ whole; a trickle of a byte every few seconds would hold a connection for days). 
 header or body is answered 408, an oversize header 431, in the wire's error shape, and the
 connection is closed; a connection that sent nothing is closed without a word. A graceful stop
 answers the long polls at once (``shutdown``).
+
+A connection closed while its client may still be sending (a 413 before the body, a 408, a
+431) lingers, as nginx's do: the answer is sent and the sending half shut, and what still comes
+is read and thrown away until the client closes, pauses ``LINGER_PAUSE_S`` or ``LINGER_S`` has
+passed. Closed at once, the kernel answers those bytes with a reset, which can reach the client
+before it has read the answer: Python's ``http.client`` (``urllib``) sending a 30 MiB body got
+``ConnectionResetError`` in place of the 413 that said what was wrong.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from mnemofs.models import new_ulid
 log = logging.getLogger("mnemofs.http")
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+LINGER_S = 10.0  # a closed connection reads what its client still sends at most this long...
+LINGER_PAUSE_S = 2.0  # ...and until nothing has come for this long
 
 
 class BoundedProtocol(HttpToolsProtocol):
@@ -43,11 +52,13 @@ class BoundedProtocol(HttpToolsProtocol):
         self._body_since = 0.0  # when the body began (or reading it resumed after our pause)
         self._body_bytes = 0  # what came of it since then
         self._timer: asyncio.TimerHandle | None = None
+        self._lingering_until = 0.0  # while lingering (module docstring): when it ends at last
+        self._stopping = False  # a graceful stop has begun: its closes do not linger
 
     # Where a request's reading starts and ends.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(_LingeringTransport(transport, self))  # type: ignore[arg-type]
         self._timer = self.loop.call_later(REQUEST_READ_TIMEOUT_S, self._header_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -57,10 +68,14 @@ class BoundedProtocol(HttpToolsProtocol):
     def shutdown(self) -> None:
         """A graceful stop (uvicorn calls this on every connection): the long polls are
         answered now rather than held to the end of their wait (``revisions``)."""
+        self._stopping = True
         super().shutdown()
         release_all()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering_until:
+            self._last_read = self.loop.time()  # thrown away: the answer has been sent
+            return
         if self._in_header:
             if self._timer is None:  # the first bytes of a request after a response
                 self._timer = self.loop.call_later(REQUEST_READ_TIMEOUT_S, self._header_late)
@@ -161,3 +176,59 @@ class BoundedProtocol(HttpToolsProtocol):
             head.append(b"x-should-retry: false")
         self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         self.transport.close()
+
+    # Closing while the client may still send (module docstring).
+
+    def _close(self, transport: asyncio.Transport) -> None:
+        """Close ``transport``, lingering when the client may still be sending."""
+        between = self._in_header and self._header_bytes == 0  # nothing of a request is coming
+        if between or self._stopping:
+            transport.close()
+            return
+        self._stop_timer()
+        now = self.loop.time()
+        self._lingering_until = now + LINGER_S
+        self._last_read = now
+        if not transport.can_write_eof():  # pragma: no cover (TCP can)
+            transport.close()
+            return
+        transport.write_eof()  # after what is buffered: the answer
+        transport.resume_reading()  # it may have been paused for the app
+        self._timer = self.loop.call_later(LINGER_PAUSE_S, self._linger)
+
+    def _linger(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        due = min(self._last_read + LINGER_PAUSE_S, self._lingering_until)
+        if now < due:
+            self._timer = self.loop.call_later(due - now, self._linger)
+        else:
+            self.transport.close()  # the second close is the transport's own
+
+
+class _LingeringTransport:
+    """A connection's transport whose ``close`` lingers (``BoundedProtocol._close``); what is
+    written while it lingers is dropped (an answer cut short by a refusal). Everything else
+    is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._closing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._closing:
+            self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self._closing:  # lingering ended, or the client's own close came first
+            self._transport.close()
+            return
+        self._closing = True
+        self._protocol._close(self._transport)
