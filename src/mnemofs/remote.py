@@ -474,9 +474,7 @@ class ChangeStream:
                     # poll right after would make hundreds a second for nothing.
                     next_poll = time.monotonic() + POLL_PACE_S
             except errors.AccessRevoked:
-                # The session ended: the watcher's look meets the refusal too, and from then on
-                # the mount fails every request at once (EACCES) and says why in its log.
-                self._wake(set(self._store_ids))
+                self._wake(set(self._store_ids))  # its look is refused too: EACCES, logged
                 return
             except errors.MnemofsError as exc:
                 log.debug("change stream: %s; again shortly", exc)
