@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -259,5 +260,54 @@ def test_a_client_still_sending_reads_its_refusal(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"{server.url}/health", timeout=30) as answer:
             assert answer.status == 200
     assert list(service.list_memories(store, limit=10)) == []
+    service.close()
+    engine.dispose()
+
+
+def test_a_write_waiting_for_the_lock_holds_up_nobody_else(tmp_path: Path) -> None:
+    """On SQLite the server calls the store on its event loop. A save that had to wait for the
+    database's lock (another process writing: a mount, a CLI's import) waited there, and every
+    other request of every client with it, health checks included, for as long as that writer
+    took (up to 30 s). Now it waits on a thread of its own while the others are answered."""
+    db = tmp_path / "locked.db"
+    url = f"sqlite:///{db}"
+    engine = make_engine(url, create=True)
+    service = MemoryService(engine, actor="cli")
+    key = service.create_api_key("tests").key
+    assert key is not None
+    store = service.create_store("Locked").id
+    kept = service.create_memory(store, "/kept.md", "read while the lock is held\n")
+    auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    answers: list[int] = []
+
+    with serving(url, tmp_path / "server.log") as server:
+        memories = f"{server.url}/v1/memory_stores/{store}/memories"
+
+        def save() -> None:
+            body = json.dumps({"path": "/waited.md", "content": "saved after the lock\n"})
+            request = urllib.request.Request(memories, body.encode(), auth)
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                answers.append(answer.status)
+
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's write, under way
+        try:
+            saving = threading.Thread(target=save)
+            saving.start()
+            time.sleep(1)  # the save has reached the server and waits for the lock
+            # Well within the 30 s the save may wait: answered while the lock is still held.
+            with urllib.request.urlopen(f"{server.url}/health", timeout=15) as answer:
+                assert answer.status == 200
+            read = urllib.request.Request(f"{memories}/{kept.id}", headers=auth)
+            with urllib.request.urlopen(read, timeout=15) as answer:
+                assert json.loads(answer.read())["content"] == "read while the lock is held\n"
+            assert saving.is_alive()  # still waiting, and nothing saved yet
+            assert answers == []
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        saving.join(timeout=60)
+        assert answers == [200]
+    assert service.find_memory(store, "/waited.md").content == "saved after the lock\n"
     service.close()
     engine.dispose()

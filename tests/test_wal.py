@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from mnemofs.store import MemoryService, make_engine, wal
+from mnemofs.store import MemoryService, WriteWouldWait, make_engine, wal
 
 from .mounted import mounted, wait_for
 
 SAVES = 3000
+HOLD_S = 5.0  # how long a test's other writer holds the lock at most
 MIB = 1024 * 1024
 
 
@@ -360,6 +361,66 @@ def test_background_work_steps_aside_for_a_waiting_writer(tmp_path: Path) -> Non
             assert not got_it_back  # the waiting writer had it first
             assert inside.is_set()
     finally:
+        service.close()
+
+
+def test_a_write_at_once_does_nothing_rather_than_wait(tmp_path: Path) -> None:
+    """A thread that must not wait for the write lock (a server's event loop) gets
+    ``WriteWouldWait`` from its call's first write while another process or another thread of
+    its own writes, and nothing of that call is kept. Once a write of the call has committed,
+    the later ones wait as usual: the call cannot be made again by then."""
+    db = tmp_path / "db.sqlite"
+    service = MemoryService(make_engine(f"sqlite:///{db}"), actor="api")
+    store = service.create_store("At once").id
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    log = service.db._wal
+    assert log is not None
+    guard = threading.Lock()
+
+    def commit() -> None:  # at the latest HOLD_S later: a write that waits fails, not hangs
+        with guard:
+            if other.in_transaction:
+                other.execute("COMMIT")
+
+    release = threading.Timer(HOLD_S, commit)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process writes
+        release.start()
+        service.write_at_once()
+        with pytest.raises(WriteWouldWait):
+            service.create_memory(store, "/a.md", "not now\n")
+        commit()
+
+        writing, done = threading.Event(), threading.Event()
+
+        def write_elsewhere() -> None:  # another thread of this process writes
+            log.take_turn()
+            writing.set()
+            done.wait(HOLD_S)
+            log.end_turn()
+
+        thread = threading.Thread(target=write_elsewhere)
+        thread.start()
+        try:
+            assert writing.wait(30)
+            service.write_at_once()
+            with pytest.raises(WriteWouldWait):
+                service.create_memory(store, "/a.md", "not now\n")
+        finally:
+            done.set()
+            thread.join()
+        assert service.list_memories(store).data == []
+
+        service.write_at_once()
+        service.create_memory(store, "/a.md", "at once\n")  # the lock was free
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.3, commit).start()
+        service.create_memory(store, "/b.md", "waited\n")  # the same call's next write waits
+        assert [m.path for m in service.list_memories(store).data] == ["/a.md", "/b.md"]
+    finally:
+        release.cancel()
+        with guard:
+            other.close()
         service.close()
 
 

@@ -6,12 +6,7 @@ refuses an oversize body before it is read, finds the caller, answers the routes
 has nothing to do for itself (``lean``: every change of a remote mount), and writes one JSON
 access line (ids only: never a credential, a query string or content).
 
-How the store is called (``store_runner``): on SQLite, inline on the event loop, as the mount
-daemon commits on its trio thread (PERF-NOTES: a hop to a worker thread costs 150-200 µs, more
-than the commit; measured here, two hops per request made an update 0.2x of in-process); SQLite
-takes one writer at a time anyway, and ``--workers`` adds processes. On PostgreSQL, each call
-runs on a worker thread (every thread its own connection), ``mnemofs serve --connections`` at a
-time, so a network round trip never stalls the loop.
+How the store is called: ``runner``.
 """
 
 from __future__ import annotations
@@ -38,6 +33,7 @@ from mnemofs.http.access import authenticate
 from mnemofs.http.bell import Bell
 from mnemofs.http.lean import LeanRoutes
 from mnemofs.http.revisions import Revisions
+from mnemofs.http.runner import store_runner
 from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
 from mnemofs.models import new_ulid
 from mnemofs.store.service import MemoryService
@@ -230,29 +226,6 @@ async def _on_fault(request: Request, exc: Exception) -> Response:
     return error_reply(500, "api_error", "an internal error occurred", _request_id(request))
 
 
-async def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return fn(*args, **kwargs)
-
-
-def store_runner(service: MemoryService, connections: int = limits.SERVE_CONNECTIONS) -> Runner:
-    """Inline for SQLite; for PostgreSQL on worker threads, ``connections`` at a time (see the
-    module docstring). The framework's own thread pool runs 40 at a time, and each thread keeps
-    a connection: a burst of requests left a process holding 41, and a few processes or hosts
-    then used up the server's ``max_connections`` (100 by default)."""
-    if service.engine.dialect == "sqlite":
-        return _inline
-    limiter: anyio.CapacityLimiter | None = None
-
-    async def threaded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        nonlocal limiter
-        if limiter is None:  # made in the event loop that uses it
-            limiter = anyio.CapacityLimiter(connections)
-        call = functools.partial(fn, *args, **kwargs)
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
-
-    return threaded
-
-
 def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNECTIONS) -> FastAPI:
     """The ASGI application over ``service`` (which it closes at shutdown), making at most
     ``connections`` store calls at a time on PostgreSQL."""
@@ -261,12 +234,12 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
     async def lifespan(app: FastAPI) -> Any:
         bell = Bell(service)  # what wakes the long polls' look (bell.py, revisions.py)
         async with anyio.create_task_group() as tasks:
-            runner: Runner = app.state.run
             look = functools.partial(runner, service.store_states)
             app.state.revisions = Revisions(look, tasks, bell)
             yield
             tasks.cancel_scope.cancel()
         bell.close()
+        await run_in_threadpool(runner.close)  # a call still waiting for the lock ends first
         await run_in_threadpool(service.close)
 
     app = FastAPI(
@@ -277,8 +250,9 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
         redoc_url=None,
         lifespan=lifespan,
     )
+    runner = store_runner(service, connections)
     app.state.service = service
-    app.state.run = store_runner(service, connections)
+    app.state.run = runner
     for module in (mounts, memories, stores, sessions, transfer, pools):
         # One flat route table (an included router is matched as a level of its own, which
         # cost ~0.1 ms a request here), the busiest routes first: every save of a remote

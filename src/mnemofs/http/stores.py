@@ -27,7 +27,7 @@ def service(request: Request) -> MemoryService:
 
 
 async def run(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call the store the way this backend wants (see ``app.store_runner``)."""
+    """Call the store the way this backend wants (``runner.store_runner``)."""
     runner: Runner = request.app.state.run
     result: T = await runner(fn, *args, **kwargs)
     return result

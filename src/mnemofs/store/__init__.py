@@ -5,12 +5,13 @@ Knows nothing of FUSE, trio or the CLI.
 
 from mnemofs.store.engine import Engine, make_engine, resolve_url, upgrade
 from mnemofs.store.service import MemoryService, decode_content, prompt_note, sha256_hex
-from mnemofs.store.sql import Listener
+from mnemofs.store.sql import Listener, WriteWouldWait
 
 __all__ = [
     "Engine",
     "Listener",
     "MemoryService",
+    "WriteWouldWait",
     "decode_content",
     "make_engine",
     "prompt_note",

@@ -190,6 +190,13 @@ class FeedMixin(ServiceBase):
         self.db.serve_interactively()
         threading.Thread(target=load_checks, name="mnemofs-warm-up", daemon=True).start()
 
+    def write_at_once(self) -> None:
+        """For a thread that must never wait for SQLite's write lock (a server's event loop),
+        before each call: that call's first write raises ``WriteWouldWait``, having done
+        nothing, rather than wait (``Database.write_at_once``); the caller makes the call again
+        on a thread of its own."""
+        self.db.write_at_once()
+
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount's worker thread, when
         ``checkpoint_due``): write the reads noted (``note_access``) once due, take saved

@@ -33,7 +33,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from mnemofs.errors import StorageFull, Unavailable
-from mnemofs.store.engine import Engine
+from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
 from mnemofs.store.pgwait import Spin
@@ -47,6 +47,11 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
 RECONNECT_INTERVAL_S = 0.5
+
+
+class WriteWouldWait(Exception):
+    """A write transaction of a thread that must not wait (``Database.write_at_once``) found
+    SQLite's write lock taken; it did nothing."""
 
 
 class Database:
@@ -210,6 +215,17 @@ class Database:
             if conn is not None:
                 self._make_interactive(conn)
 
+    def write_at_once(self) -> None:
+        """For a thread that must never wait for SQLite's write lock (a server's event loop,
+        which every request shares): the next write transaction begun on this thread raises
+        ``WriteWouldWait``, having done nothing, when this process's turn to write or the
+        database's lock is taken (another thread's or process's write, a CLI's import), instead
+        of waiting for it (up to ``SQLITE_BUSY_TIMEOUT_MS``). Its caller then makes its call
+        again where waiting stalls nobody. Later writes wait as usual: the call has changed
+        something by then. Nothing changes on PostgreSQL."""
+        if self._wal is not None:
+            self._local.at_once = True
+
     @staticmethod
     def _make_interactive(conn: Any) -> None:
         conn.spin = Spin()
@@ -335,12 +351,23 @@ class Database:
         wal = self._wal
         assert wal is not None
         dbapi = self._connection()
+        at_once = False
         if write:
-            wal.take_turn()
+            local = self._local
+            at_once = getattr(local, "at_once", False)
+            if not at_once:
+                wal.take_turn()
+            elif not wal.try_turn():
+                raise WriteWouldWait("another thread of this process is writing")
+            else:
+                local.at_once = False
         try:
             cursor = dbapi.cursor()
             try:
-                cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                if at_once:
+                    _begin_at_once(cursor, self._driver_error)
+                else:
+                    cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 result = fn(Tx(self, cursor))
                 state.append(True)  # committing: a broken connection is an unknown outcome
                 cursor.execute("COMMIT")
@@ -466,6 +493,20 @@ class Database:
         conn = getattr(self._local, "conn", None)
         broken = conn is None or conn.closed or bool(getattr(conn, "broken", False))
         return broken, broken
+
+
+def _begin_at_once(cursor: Any, driver_error: type[Exception]) -> None:
+    """``BEGIN IMMEDIATE`` without SQLite's busy handler: ``WriteWouldWait`` if the lock is
+    taken (``Database.write_at_once``)."""
+    cursor.execute("PRAGMA busy_timeout = 0")
+    try:
+        cursor.execute("BEGIN IMMEDIATE")
+    except driver_error as exc:
+        if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+            raise
+        raise WriteWouldWait("another process is writing to the database") from None
+    finally:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
 class Listener:

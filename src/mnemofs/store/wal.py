@@ -229,6 +229,11 @@ class Wal:
                 with self._queue_lock:
                     self._queued -= 1
 
+    def try_turn(self) -> bool:
+        """This process's turn to write if it can be had at once (``end_turn`` after); False
+        while another thread of this process writes or a RESTART pass is under way."""
+        return not self._restarting.locked() and self._writer.acquire(blocking=False)
+
     def end_turn(self) -> None:
         self._writer.release()
 
