@@ -52,7 +52,8 @@ class BoundedProtocol(HttpToolsProtocol):
         self._body_since = 0.0  # when the body began (or reading it resumed after our pause)
         self._body_bytes = 0  # what came of it since then
         self._timer: asyncio.TimerHandle | None = None
-        self._lingering_until = 0.0  # while lingering (module docstring): when it ends at last
+        self._lingering: asyncio.Transport | None = None  # the transport, while it lingers
+        self._lingering_until = 0.0  # when lingering ends at the latest
         self._stopping = False  # a graceful stop has begun: its closes do not linger
 
     # Where a request's reading starts and ends.
@@ -73,7 +74,7 @@ class BoundedProtocol(HttpToolsProtocol):
         release_all()
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering_until:
+        if self._lingering is not None:
             self._last_read = self.loop.time()  # thrown away: the answer has been sent
             return
         if self._in_header:
@@ -187,6 +188,7 @@ class BoundedProtocol(HttpToolsProtocol):
             return
         self._stop_timer()
         now = self.loop.time()
+        self._lingering = transport
         self._lingering_until = now + LINGER_S
         self._last_read = now
         if not transport.can_write_eof():  # pragma: no cover (TCP can)
@@ -202,8 +204,8 @@ class BoundedProtocol(HttpToolsProtocol):
         due = min(self._last_read + LINGER_PAUSE_S, self._lingering_until)
         if now < due:
             self._timer = self.loop.call_later(due - now, self._linger)
-        else:
-            self.transport.close()  # the second close is the transport's own
+        elif self._lingering is not None:
+            self._lingering.close()
 
 
 class _LingeringTransport:
@@ -227,8 +229,6 @@ class _LingeringTransport:
         return self._closing or self._transport.is_closing()
 
     def close(self) -> None:
-        if self._closing:  # lingering ended, or the client's own close came first
-            self._transport.close()
-            return
-        self._closing = True
-        self._protocol._close(self._transport)
+        if not self._closing:  # once: the protocol closes it when lingering ends
+            self._closing = True
+            self._protocol._close(self._transport)
