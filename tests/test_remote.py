@@ -183,7 +183,8 @@ def test_a_mount_catches_up_on_many_changes_in_one_fetch(
             other = RemoteBackend(server.url, token_for(db_url, writer.id))
             for i in range(30):
                 other.save_file(w.notes, f"/burst/{i}.md", f"note {i}\n")
-            assert wait_for(lambda: len(os.listdir(notes / "burst")) == 30, timeout=10)
+            burst = notes / "burst"  # not there yet, likely: the saves take ~20 ms
+            assert wait_for(lambda: burst.is_dir() and len(os.listdir(burst)) == 30, timeout=10)
             for i in range(30):
                 assert (notes / "burst" / f"{i}.md").read_text() == f"note {i}\n"
             other.close()

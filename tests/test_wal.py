@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from mnemofs.remote import RemoteBackend
 from mnemofs.store import MemoryService, WriteWouldWait, make_engine, wal
 
-from .mounted import mounted, wait_for
+from .mounted import mounted, token_for, wait_for
+from .served import serving
 
 SAVES = 3000
 HOLD_S = 5.0  # how long a test's other writer holds the lock at most
@@ -362,6 +364,38 @@ def test_background_work_steps_aside_for_a_waiting_writer(tmp_path: Path) -> Non
             assert inside.is_set()
     finally:
         service.close()
+
+
+def test_a_server_s_upkeep_keeps_its_wal_and_its_search_index(tmp_path: Path) -> None:
+    """``mnemofs serve`` on SQLite commits on its event loop, and those commits used to copy
+    the WAL back themselves once it passed ``WAL_AUTO_TRUNCATE_BYTES``: every request of every
+    client waited for that pass (a health check's p99 40-45 ms under a stream of saves, 6 ms
+    now: a latency, measured, not asserted here). Like a mount it now defers them to an upkeep
+    of its own, which also takes the saves into the search index once they pause: that, and a
+    WAL within issue 17's bound meanwhile, is what this checks."""
+    db = tmp_path / "served.sqlite"
+    url = f"sqlite:///{db}"
+    service = MemoryService(make_engine(url), actor="cli")
+    store = service.create_store("Served").id
+    session = service.create_session([{"memory_store_id": store}]).id
+    service.close()
+    sizes: list[int] = []
+    with serving(url, tmp_path / "server.log") as server:
+        backend = RemoteBackend(server.url, token_for(url, session))
+        try:
+            for i in range(SAVES):
+                backend.save_file(store, f"/f{i % 50}.md", f"{i} " + "x" * 2000)
+                if i % 20 == 0:
+                    sizes.append(os.stat(f"{db}-wal").st_size)
+        finally:
+            backend.close()
+
+        def caught_up() -> bool:
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                return conn.execute("SELECT count(*) FROM search_pending").fetchone()[0] == 0
+
+        assert wait_for(caught_up, timeout=30)
+    assert max(sizes) < 64 * MIB, max(sizes) // MIB
 
 
 def test_a_write_at_once_does_nothing_rather_than_wait(tmp_path: Path) -> None:

@@ -236,6 +236,7 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
         async with anyio.create_task_group() as tasks:
             look = functools.partial(runner, service.store_states)
             app.state.revisions = Revisions(look, tasks, bell)
+            tasks.start_soon(runner.keep)
             yield
             tasks.cancel_scope.cancel()
         bell.close()

@@ -11,6 +11,11 @@ health checks included. So an inline call's first write does not wait
 nothing, and the call is made again on a thread of its own, where it waits as before while
 the loop serves everyone else.
 
+Nor does a commit on the loop copy the WAL back into the database: like a mount, the server
+defers its checkpoints (``MemoryService.defer_checkpoints``), and its upkeep (``Inline.keep``)
+makes them on a thread of its own, with the search index's catch-up and the reads noted:
+a look every ``CHECKPOINT_LOOK_S`` while requests come, none while the server is idle.
+
 On PostgreSQL, each call runs on a worker thread (every thread its own connection),
 ``mnemofs serve --connections`` at a time, so a network round trip never stalls the loop.
 """
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,6 +34,12 @@ import anyio
 
 from mnemofs import limits
 from mnemofs.store import MemoryService, WriteWouldWait
+
+log = logging.getLogger("mnemofs.http")
+
+# A save writes ~15 pages to the WAL: at 1,500 saves a second ~90 MB/s, so the upkeep looks this
+# often while requests come (the WAL's bound is 64 MiB), as a mount's does.
+CHECKPOINT_LOOK_S = 0.1
 
 
 class Inline:
@@ -37,6 +50,8 @@ class Inline:
         # One thread for the calls that wait, one connection for it: they wait for the same
         # lock, one after the other, whichever thread they are on.
         self._waiting = ThreadPoolExecutor(1, thread_name_prefix="mnemofs-waiting-write")
+        self._upkeep = ThreadPoolExecutor(1, thread_name_prefix="mnemofs-upkeep")
+        self._called: anyio.Event | None = None  # set by a call while the upkeep rests
 
     async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._service.write_at_once()
@@ -45,9 +60,32 @@ class Inline:
         except WriteWouldWait:
             call = functools.partial(fn, *args, **kwargs)
             return await asyncio.wrap_future(self._waiting.submit(call))
+        finally:
+            if self._called is not None:
+                self._called.set()
+
+    async def keep(self) -> None:
+        """The upkeep (module docstring), from the event loop until cancelled."""
+        service = self._service
+        service.defer_checkpoints()  # this thread's commits no longer checkpoint
+        while True:
+            await anyio.sleep(CHECKPOINT_LOOK_S)
+            try:
+                wait = service.upkeep_in()  # clocks and a stat
+                if wait is not None and wait <= 0:
+                    await asyncio.wrap_future(self._upkeep.submit(service.checkpoint))
+                    continue
+                # Until the work is due, or a call may have made some.
+                self._called = called = anyio.Event()
+                with anyio.move_on_after(math.inf if wait is None else wait):
+                    await called.wait()
+                self._called = None
+            except Exception as exc:
+                log.warning("the upkeep failed (%s); retrying", exc)
 
     def close(self) -> None:
         self._waiting.shutdown(wait=True)
+        self._upkeep.shutdown(wait=True)
 
 
 class Threaded:
@@ -65,6 +103,9 @@ class Threaded:
             self._limiter = anyio.CapacityLimiter(self._connections)
         call = functools.partial(fn, *args, **kwargs)
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+
+    async def keep(self) -> None:
+        """Nothing: the service's own thread catches the search index up."""
 
     def close(self) -> None: ...
 
