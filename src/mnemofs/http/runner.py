@@ -26,6 +26,7 @@ import asyncio
 import functools
 import logging
 import math
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import anyio
 
 from mnemofs import limits
+from mnemofs.secrets import load_checks
 from mnemofs.store import MemoryService, WriteWouldWait
 
 log = logging.getLogger("mnemofs.http")
@@ -105,7 +107,9 @@ class Threaded:
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
     async def keep(self) -> None:
-        """Nothing: the service's own thread catches the search index up."""
+        """The secrets screen loaded on a thread of its own now, rather than by the first save
+        (70-140 ms); the service's own thread catches the search index up."""
+        threading.Thread(target=load_checks, name="mnemofs-warm-up", daemon=True).start()
 
     def close(self) -> None: ...
 
