@@ -4,12 +4,16 @@ On SQLite, inline on the event loop, as the mount daemon commits on its trio thr
 (PERF-NOTES: a hop to a worker thread costs 150-200 µs, more than the commit; measured here,
 two hops per request made an update 0.2x of in-process); SQLite takes one writer at a time
 anyway, and ``--workers`` adds processes. But a write that has to wait for SQLite's lock
-(another process's write: a mount's, a CLI's import of a whole store; another thread's of this
-one) would wait on the loop, up to 30 s, and every request of every client with it, reads and
-health checks included. So an inline call's first write does not wait
-(``MemoryService.write_at_once``): if the lock is taken it raises ``WriteWouldWait`` having done
-nothing, and the call is made again on a thread of its own, where it waits as before while
-the loop serves everyone else.
+(another process's write: a mount's, another worker's, a CLI's import of a whole store; another
+thread's of this one: an import through the API, the upkeep below) would wait on the loop, up
+to 30 s, and every request of every client with it, reads and health checks included. So an
+inline call's first write does not wait (``MemoryService.write_at_once``): if the lock is
+taken it raises ``WriteWouldWait`` having done nothing, and the call is made again after a
+pause on the loop (1 ms, doubling up to ``PAUSE_MAX_S``, as SQLite's own busy handler
+sleeps), while everyone else is served; after ``LOCKED_S`` it is refused ``Unavailable``
+(503, retried by clients), which is what the busy timeout came to. (A thread of its own for
+such calls made a convoy: under eight clients every write after the first that waited went
+there too, each with a thread's hop, while the loop sat idle.)
 
 Nor does a commit on the loop copy the WAL back into the database: like a mount, the server
 defers its checkpoints (``MemoryService.defer_checkpoints``), and its upkeep (``Inline.keep``)
@@ -27,6 +31,7 @@ import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,10 +39,14 @@ from typing import Any
 import anyio
 
 from mnemofs import limits
+from mnemofs.errors import Unavailable
 from mnemofs.secrets import load_checks
 from mnemofs.store import MemoryService, WriteWouldWait
 
 log = logging.getLogger("mnemofs.http")
+
+PAUSE_MAX_S = 0.05  # between tries of a call whose write found the lock taken, at most
+LOCKED_S = 30.0  # a call refused after its write found the lock taken this long
 
 # A save writes ~15 pages to the WAL: at 1,500 saves a second ~90 MB/s, so the upkeep looks this
 # often while requests come (the WAL's bound is 64 MiB), as a mount's does.
@@ -49,19 +58,26 @@ class Inline:
 
     def __init__(self, service: MemoryService) -> None:
         self._service = service
-        # One thread for the calls that wait, one connection for it: they wait for the same
-        # lock, one after the other, whichever thread they are on.
-        self._waiting = ThreadPoolExecutor(1, thread_name_prefix="mnemofs-waiting-write")
         self._upkeep = ThreadPoolExecutor(1, thread_name_prefix="mnemofs-upkeep")
         self._called: anyio.Event | None = None  # set by a call while the upkeep rests
 
     async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self._service.write_at_once()
+        pause, since = 0.0, 0.0
         try:
-            return fn(*args, **kwargs)
-        except WriteWouldWait:
-            call = functools.partial(fn, *args, **kwargs)
-            return await asyncio.wrap_future(self._waiting.submit(call))
+            while True:
+                self._service.write_at_once()
+                try:
+                    return fn(*args, **kwargs)
+                except WriteWouldWait as exc:
+                    now = time.monotonic()
+                    since = since or now
+                    if now - since >= LOCKED_S:
+                        raise Unavailable(
+                            f"the database has been locked by another writer for "
+                            f"{LOCKED_S:g} s ({exc}); nothing was changed"
+                        ) from None
+                pause = min(pause * 2, PAUSE_MAX_S) if pause else 0.001
+                await anyio.sleep(pause)  # the others are served meanwhile
         finally:
             if self._called is not None:
                 self._called.set()
@@ -86,7 +102,6 @@ class Inline:
                 log.warning("the upkeep failed (%s); retrying", exc)
 
     def close(self) -> None:
-        self._waiting.shutdown(wait=True)
         self._upkeep.shutdown(wait=True)
 
 

@@ -47,6 +47,7 @@ commits do it themselves once the WAL passes ``WAL_AUTO_TRUNCATE_BYTES``.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -66,6 +67,7 @@ WAL_LEFT_FRAMES = 64  # one that found fewer new frames than this is the last
 ERASE_WAIT_S = 10.0  # how long an erasing change waits for readers to leave the WAL
 STEP_ASIDE_S = 0.05  # background writes let waiting ones go first for at most this long
 STEP_ASIDE_POLL_S = 0.0001
+WANT_S = 0.1  # a writer that asked for its turn this recently (``try_turn``) still wants it
 
 
 class Wal:
@@ -82,6 +84,7 @@ class Wal:
         self._writer = threading.RLock()  # held by this process's write transaction
         self._queued = 0  # this process's write transactions waiting for ``_writer``
         self._queue_lock = threading.Lock()
+        self._wanted_at = -math.inf  # when a ``try_turn`` last found the turn taken
 
     def _look(self) -> tuple[int, int]:
         try:
@@ -231,8 +234,14 @@ class Wal:
 
     def try_turn(self) -> bool:
         """This process's turn to write if it can be had at once (``end_turn`` after); False
-        while another thread of this process writes or a RESTART pass is under way."""
-        return not self._restarting.locked() and self._writer.acquire(blocking=False)
+        while another thread of this process writes or a RESTART pass is under way. A writer
+        that asks again and again this way counts as waiting for ``step_aside`` while it
+        asks (``WANT_S``)."""
+        if not self._restarting.locked() and self._writer.acquire(blocking=False):
+            self._wanted_at = -math.inf
+            return True
+        self._wanted_at = time.monotonic()
+        return False
 
     def end_turn(self) -> None:
         self._writer.release()
@@ -244,5 +253,7 @@ class Wal:
         before a waiting one wakes up (measured: a mount's save waited 30-70 ms, once a
         second, for a whole catch-up of many batches)."""
         deadline = time.monotonic() + STEP_ASIDE_S
-        while self._queued and time.monotonic() < deadline:
+        while (now := time.monotonic()) < deadline and (
+            self._queued or now - self._wanted_at < WANT_S
+        ):
             time.sleep(STEP_ASIDE_POLL_S)
