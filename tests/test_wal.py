@@ -366,6 +366,42 @@ def test_background_work_steps_aside_for_a_waiting_writer(tmp_path: Path) -> Non
         service.close()
 
 
+def test_background_work_steps_aside_for_a_writer_that_keeps_asking(tmp_path: Path) -> None:
+    """A writer that must not wait (``try_turn``, a server's event loop) asks again and again
+    rather than queue: ``step_aside`` lets it in too, or a long search catch-up would keep it
+    out batch after batch."""
+    service = MemoryService(make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}"), actor="api")
+    log = service.db._wal
+    assert log is not None
+    asked, got_it_back = threading.Event(), []
+
+    def batches() -> None:
+        log.take_turn()  # a batch
+        asked.wait(30)
+        log.end_turn()
+        service.db.step_aside()
+        got_it_back.append(log._writer.acquire(blocking=False))
+        if got_it_back[-1]:
+            log._writer.release()
+
+    try:
+        for _ in range(5):
+            asked.clear()
+            thread = threading.Thread(target=batches)
+            thread.start()
+            while log.try_turn():  # not taken yet: give it back and ask again
+                log.end_turn()
+            asked.set()
+            while not log.try_turn():
+                time.sleep(0.001)  # between its tries, as the server's loop pauses
+            time.sleep(0.01)
+            log.end_turn()
+            thread.join()
+        assert got_it_back == [False] * 5  # the asking writer had it first
+    finally:
+        service.close()
+
+
 def test_a_server_s_upkeep_keeps_its_wal_and_its_search_index(tmp_path: Path) -> None:
     """``mnemofs serve`` on SQLite commits on its event loop, and those commits used to copy
     the WAL back themselves once it passed ``WAL_AUTO_TRUNCATE_BYTES``: every request of every
