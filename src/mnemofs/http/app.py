@@ -240,7 +240,7 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
             yield
             tasks.cancel_scope.cancel()
         bell.close()
-        await run_in_threadpool(runner.close)  # a call still waiting for the lock ends first
+        await run_in_threadpool(runner.close)  # the upkeep's last pass ends first
         await run_in_threadpool(service.close)
 
     app = FastAPI(

@@ -194,7 +194,7 @@ class FeedMixin(ServiceBase):
         """For a thread that must never wait for SQLite's write lock (a server's event loop),
         before each call: that call's first write raises ``WriteWouldWait``, having done
         nothing, rather than wait (``Database.write_at_once``); the caller makes the call again
-        on a thread of its own."""
+        a little later (the server: after a pause in which its loop serves the others)."""
         self.db.write_at_once()
 
     def checkpoint(self, *, force: bool = False) -> None:
