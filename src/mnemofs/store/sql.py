@@ -221,8 +221,8 @@ class Database:
         ``WriteWouldWait``, having done nothing, when this process's turn to write or the
         database's lock is taken (another thread's or process's write, a CLI's import), instead
         of waiting for it (up to ``SQLITE_BUSY_TIMEOUT_MS``). Its caller then makes its call
-        again a little later, having served others meanwhile. Later writes wait as usual: the call has changed
-        something by then. Nothing changes on PostgreSQL."""
+        again a little later, having served others meanwhile. Later writes wait as usual: the
+        call has changed something by then. Nothing changes on PostgreSQL."""
         if self._wal is not None:
             self._local.at_once = True
 
