@@ -12,7 +12,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,29 @@ from .served import serving
 
 GRACE_S = 10.0  # how much later than the timeout a refusal may come on a busy machine
 STEADY = "slow but steady\n" * 4800  # 75 KiB
+
+
+@dataclass
+class Admin:
+    """A SQLite database for a server: an API key and one store."""
+
+    db: Path
+    url: str
+    service: MemoryService
+    key: str
+    store: str
+
+
+@pytest.fixture
+def admin(tmp_path: Path) -> Iterator[Admin]:
+    db = tmp_path / "bounds.db"
+    engine = make_engine(f"sqlite:///{db}", create=True)
+    service = MemoryService(engine, actor="cli")
+    key = service.create_api_key("tests").key
+    assert key is not None
+    yield Admin(db, f"sqlite:///{db}", service, key, service.create_store("Bounds").id)
+    service.close()
+    engine.dispose()
 
 
 def _status(raw: bytes) -> int | None:
@@ -78,13 +102,8 @@ def _closed(sock: socket.socket) -> bool:
     return False
 
 
-def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'bounds.db'}"
-    engine = make_engine(url, create=True)
-    service = MemoryService(engine, actor="cli")
-    key = service.create_api_key("tests").key
-    assert key is not None
-    store = service.create_store("Bounds").id
+def test_a_client_holds_no_connection_past_the_read_timeout(admin: Admin, tmp_path: Path) -> None:
+    url, service, key, store = admin.url, admin.service, admin.key, admin.store
     auth = f"authorization: Bearer {key}\r\n".encode()
     post = f"POST /v1/memory_stores/{store}/memories HTTP/1.1\r\nhost: x\r\n".encode() + auth
     note = json.dumps({"path": "/slow.md", "content": "written a piece at a time"}).encode()
@@ -223,21 +242,14 @@ def test_a_client_holds_no_connection_past_the_read_timeout(tmp_path: Path) -> N
     warnings = [line for line in log if line.get("logger") == "mnemofs.http"]
     assert sorted(line["status"] for line in warnings) == [408] * 6 + [431]
     assert all("closed the connection of 127.0.0.1:" in line["message"] for line in warnings)
-    service.close()
-    engine.dispose()
 
 
-def test_a_client_still_sending_reads_its_refusal(tmp_path: Path) -> None:
+def test_a_client_still_sending_reads_its_refusal(admin: Admin, tmp_path: Path) -> None:
     """A refusal sent before the request has all come (a body over the cap, a header over its
     own) reaches a client that sends it all before it reads, as Python's ``urllib`` does: the
     server reads and throws away what still comes. Closed at once, the kernel answered those
     bytes with a reset, and the client got ``ConnectionResetError`` in place of the answer."""
-    url = f"sqlite:///{tmp_path / 'linger.db'}"
-    engine = make_engine(url, create=True)
-    service = MemoryService(engine, actor="cli")
-    key = service.create_api_key("tests").key
-    assert key is not None
-    store = service.create_store("Linger").id
+    url, service, key, store = admin.url, admin.service, admin.key, admin.store
     auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     big = json.dumps({"path": "/big.md", "content": "x" * (32 << 20)}).encode()
 
@@ -275,22 +287,14 @@ def test_a_client_still_sending_reads_its_refusal(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"{server.url}/health", timeout=30) as answer:
             assert answer.status == 200
     assert list(service.list_memories(store, limit=10)) == []
-    service.close()
-    engine.dispose()
 
 
-def test_a_write_waiting_for_the_lock_holds_up_nobody_else(tmp_path: Path) -> None:
+def test_a_write_waiting_for_the_lock_holds_up_nobody_else(admin: Admin, tmp_path: Path) -> None:
     """On SQLite the server calls the store on its event loop. A save that had to wait for the
     database's lock (another process writing: a mount, a CLI's import) waited there, and every
     other request of every client with it, health checks included, for as long as that writer
     took (up to 30 s). Now it waits on a thread of its own while the others are answered."""
-    db = tmp_path / "locked.db"
-    url = f"sqlite:///{db}"
-    engine = make_engine(url, create=True)
-    service = MemoryService(engine, actor="cli")
-    key = service.create_api_key("tests").key
-    assert key is not None
-    store = service.create_store("Locked").id
+    db, url, service, key, store = admin.db, admin.url, admin.service, admin.key, admin.store
     kept = service.create_memory(store, "/kept.md", "read while the lock is held\n")
     auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     answers: list[int] = []
@@ -324,5 +328,3 @@ def test_a_write_waiting_for_the_lock_holds_up_nobody_else(tmp_path: Path) -> No
         saving.join(timeout=60)
         assert answers == [200]
     assert service.find_memory(store, "/waited.md").content == "saved after the lock\n"
-    service.close()
-    engine.dispose()
