@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import pytest
 
+from mnemofs.errors import Unavailable
+from mnemofs.http import runner
 from mnemofs.http.protocol import LINGER_PAUSE_S
 from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
 from mnemofs.store import MemoryService, make_engine
@@ -328,3 +331,39 @@ def test_a_write_waiting_for_the_lock_holds_up_nobody_else(admin: Admin, tmp_pat
         saving.join(timeout=60)
         assert answers == [200]
     assert service.find_memory(store, "/waited.md").content == "saved after the lock\n"
+
+
+def test_a_write_locked_out_too_long_is_refused_and_changes_nothing(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's SQLite runner tries a call whose write found the lock taken again and
+    again (runner.py); once the lock has been taken for ``LOCKED_S`` it refuses the call
+    ``Unavailable`` (503: clients try again later), the store as it was. One that finds the
+    lock free in time is made."""
+    monkeypatch.setattr(runner, "LOCKED_S", 0.5)
+    inline = runner.Inline(admin.service)
+    other = sqlite3.connect(admin.db, isolation_level=None, check_same_thread=False)
+    guard = threading.Lock()
+
+    def commit() -> None:
+        with guard:
+            if other.in_transaction:
+                other.execute("COMMIT")
+
+    release = threading.Timer(5.0, commit)  # at the latest: a call that waits fails, not hangs
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        release.start()
+        with pytest.raises(Unavailable, match="locked by another writer"):
+            anyio.run(inline, admin.service.create_memory, admin.store, "/a.md", "refused\n")
+        assert admin.service.list_memories(admin.store).data == []
+        commit()
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.2, commit).start()
+        made = anyio.run(inline, admin.service.create_memory, admin.store, "/a.md", "made\n")
+        assert admin.service.get_memory(admin.store, made.id).content == "made\n"
+    finally:
+        release.cancel()
+        inline.close()
+        with guard:
+            other.close()
