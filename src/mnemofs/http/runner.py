@@ -30,7 +30,6 @@ import asyncio
 import functools
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,6 @@ import anyio
 
 from mnemofs import limits
 from mnemofs.errors import Unavailable
-from mnemofs.secrets import load_checks
 from mnemofs.store import MemoryService, WriteWouldWait
 
 log = logging.getLogger("mnemofs.http")
@@ -111,7 +109,8 @@ class Threaded:
     left a process holding 41, and a few processes or hosts then used up the server's
     ``max_connections`` (100 by default)."""
 
-    def __init__(self, connections: int) -> None:
+    def __init__(self, service: MemoryService, connections: int) -> None:
+        self._service = service
         self._connections = connections
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -122,9 +121,9 @@ class Threaded:
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
     async def keep(self) -> None:
-        """The secrets screen loaded on a thread of its own now, rather than by the first save
-        (70-140 ms); the service's own thread catches the search index up."""
-        threading.Thread(target=load_checks, name="mnemofs-warm-up", daemon=True).start()
+        """Only the secrets screen, loaded now (``warm_up``); the service's own thread catches
+        the search index up."""
+        self._service.warm_up()
 
     def close(self) -> None: ...
 
@@ -136,4 +135,4 @@ def store_runner(
     module docstring)."""
     if service.engine.dialect == "sqlite":
         return Inline(service)
-    return Threaded(connections)
+    return Threaded(service, connections)

@@ -365,7 +365,7 @@ class Database:
             cursor = dbapi.cursor()
             try:
                 if at_once:
-                    _begin_at_once(cursor, self._driver_error)
+                    self._begin_at_once(cursor)
                 else:
                     cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 result = fn(Tx(self, cursor))
@@ -483,6 +483,19 @@ class Database:
             delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
 
+    def _begin_at_once(self, cursor: Any) -> None:
+        """``BEGIN IMMEDIATE`` without SQLite's busy handler: ``WriteWouldWait`` if the lock is
+        taken (``write_at_once``)."""
+        cursor.execute("PRAGMA busy_timeout = 0")
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+        except self._driver_error as exc:
+            if not self._classify(exc)[0]:  # not busy: a real failure, the caller's to see
+                raise
+            raise WriteWouldWait("another process is writing to the database") from None
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
     def _classify(self, exc: Exception) -> tuple[bool, bool]:
         """(worth retrying, connection unusable)."""
         if self.dialect == "sqlite":
@@ -493,20 +506,6 @@ class Database:
         conn = getattr(self._local, "conn", None)
         broken = conn is None or conn.closed or bool(getattr(conn, "broken", False))
         return broken, broken
-
-
-def _begin_at_once(cursor: Any, driver_error: type[Exception]) -> None:
-    """``BEGIN IMMEDIATE`` without SQLite's busy handler: ``WriteWouldWait`` if the lock is
-    taken (``Database.write_at_once``)."""
-    cursor.execute("PRAGMA busy_timeout = 0")
-    try:
-        cursor.execute("BEGIN IMMEDIATE")
-    except driver_error as exc:
-        if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
-            raise
-        raise WriteWouldWait("another process is writing to the database") from None
-    finally:
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
 class Listener:
