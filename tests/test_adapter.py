@@ -126,6 +126,11 @@ async def test_refusals_become_errnos(adapter: Adapter) -> None:
     assert await code(adapter.symlink(notes.st_ino, b"l", b"/etc", Ctx())) == errno.EPERM
     assert await code(adapter.getxattr(doc.st_ino, b"user.other", Ctx())) == errno.ENODATA
     assert await code(adapter.setxattr(doc.st_ino, b"user.x", b"1", Ctx())) == errno.ENOTSUP
+    # The line in .mnemofs/refusals says why, and what to do, for the rule that was broken.
+    made = adapter.create(notes.st_ino, b"to do\n.md", 0o644, os.O_WRONLY, Ctx())
+    assert await code(made) == errno.EINVAL
+    newest = adapter.fs.notices.lines["refusals"][0]
+    assert "contains the control character U+000A -> use names without control" in newest
 
 
 @pytest.mark.trio

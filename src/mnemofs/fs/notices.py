@@ -36,7 +36,8 @@ HINTS = {
     errno.ENAMETOOLONG: "use a shorter name (255 bytes) or path (1,024 bytes)",
     errno.EXDEV: "copy the file into the other store, then delete it here",
     errno.EPERM: "links, devices and owner changes are not supported: use regular files",
-    errno.EINVAL: "check the path: at most 20 levels deep",
+    # A path's other rules (no control characters, 20 levels at most) are all EINVAL.
+    errno.EINVAL: "use names without control characters (newlines, tabs), 20 levels deep at most",
     errno.EIO: "the database or server could not be reached: try again shortly",
     errno.ENOTEMPTY: "remove what is inside first",
     errno.ENFILE: BUFFERS_HINT,
