@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from mnemofs import errors, limits
-from mnemofs.fs import files
+from mnemofs.fs import files, temporaries
 from mnemofs.fs.adapter import errno_for
 from mnemofs.fs.core import FsError, MemoryFs, Node
 from mnemofs.models import Change, Memory
@@ -157,7 +157,7 @@ def test_temporary_files_kept_unsaved_are_bounded(
     """Temporary files that cannot be saved stay in memory only up to ``TEMP_KEPT_BYTES`` in
     all (an agent could otherwise fill the daemon with them): the newest beyond it goes, and
     that is said."""
-    monkeypatch.setattr(files, "TEMP_KEPT_BYTES", 100)
+    monkeypatch.setattr(temporaries, "TEMP_KEPT_BYTES", 100)
     root = store_root(fs)
     for name in ("a.tmp", "b.tmp", "c.tmp"):
         write_file(fs, root, name, b"\0" * 40)  # bytes no memory holds

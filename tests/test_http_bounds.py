@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mnemofs.errors import Unavailable
+from mnemofs.errors import Patience, Unavailable
 from mnemofs.http import runner
 from mnemofs.http.protocol import LINGER_PAUSE_S
 from mnemofs.limits import MAX_REQUEST_HEADER_BYTES, MIN_BODY_RATE, REQUEST_READ_TIMEOUT_S
@@ -340,10 +340,10 @@ def test_a_write_locked_out_too_long_is_refused_and_changes_nothing(
     admin: Admin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server's SQLite runner tries a call whose write found the lock taken again and
-    again (runner.py); once the lock has been taken for ``LOCKED_S`` it refuses the call
+    again (runner.py); once the lock has been taken for ``Patience.LOCKED_S`` it refuses the call
     ``Unavailable`` (503: clients try again later), the store as it was. One that finds the
     lock free in time is made."""
-    monkeypatch.setattr(runner, "LOCKED_S", 0.5)
+    monkeypatch.setattr(Patience, "LOCKED_S", 0.5)
     inline = runner.Inline(admin.service)
     other = sqlite3.connect(admin.db, isolation_level=None, check_same_thread=False)
     guard = threading.Lock()

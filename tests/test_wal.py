@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -717,3 +718,113 @@ def test_a_resting_mount_still_copies_back_what_others_and_its_temp_files_save(
         with open(root / "tmpab12cd34", "w") as f:  # Python's tempfile name, never renamed
             f.write("left behind\n")
         assert wait_for(lambda: _in_database_file(path, "/tmpab12cd34"), timeout=6.0)
+
+
+def _read_a_little(root: Path) -> list[str]:
+    """Requests that reach the daemon whatever the kernel keeps: an open, a listing, a
+    temporary file made and gone (a change that writes nothing to the store)."""
+    with open(root / "keep.md") as f:
+        seen = [f.read()]
+    seen.append(",".join(sorted(os.listdir(root))))
+    (root / "scratch.swp").write_text("swap\n")
+    (root / "scratch.swp").unlink()
+    return seen
+
+
+@pytest.mark.mounted
+def test_a_change_waiting_for_another_process_s_lock_holds_up_no_other_request(
+    tmp_path: Path,
+) -> None:
+    """While another process holds SQLite's write lock (a CLI's import of a whole store holds
+    it for seconds), a change through the mount waits for it, and returns once made, once;
+    the mount meanwhile serves its other requests: they used to wait with it, every one of
+    them, on the daemon's one thread. Every kind of change that writes, in turn (each must
+    leave the tree as it was when it found the lock taken: it is made again). The reads are
+    in another directory: the kernel keeps a directory's readers out while a name in it
+    changes, on any filesystem."""
+    db = tmp_path / "db.sqlite"
+    url = f"sqlite:///{db}"
+    service = MemoryService(make_engine(url), actor="api")
+    store = service.create_store("Waits").id
+    for path, text in (("/keep.md", "kept\n"), ("/w/a.md", "alpha\n"), ("/w/b.md", "beta\n")):
+        service.create_memory(store, path, text)
+    session = service.create_session([{"memory_store_id": store}])
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    guard = threading.Lock()
+
+    def commit() -> None:  # at the latest HOLD_S later: a mount that stalls fails, not hangs
+        with guard:
+            if other.in_transaction:
+                other.execute("COMMIT")
+
+    def while_locked(change: Callable[[], object], root: Path, waits: bool = True) -> None:
+        """``waits``: the call returns only once the change is made (not a close whose save
+        is at the release the kernel sends after it returned)."""
+        release = threading.Timer(HOLD_S, commit)
+        other.execute("BEGIN IMMEDIATE")
+        release.start()
+        try:
+            changing = threading.Thread(target=change)
+            changing.start()
+            time.sleep(0.3)
+            assert changing.is_alive() == waits  # it cannot be made while the lock is held
+            reads: list[list[str]] = []
+            reading = threading.Thread(target=lambda: reads.append(_read_a_little(root)))
+            reading.start()
+            reading.join(HOLD_S + 5)
+            assert reads == [["kept\n", "keep.md,w"]], reads  # answered...
+            assert other.in_transaction  # ...while the change waited
+            assert changing.is_alive() == waits
+            commit()
+            changing.join(30)
+            assert not changing.is_alive()
+        finally:
+            release.cancel()
+            commit()
+
+    try:
+        with mounted(url, session.id, tmp_path / "mnt") as daemon:
+            root = daemon.root / "waits"
+            w = root / "w"
+            changes: list[Callable[[], object]] = [
+                lambda: (w / "new.md").write_text("new\n"),  # a save at close (flush)
+                lambda: (w / "a.md").open("a").write("more\n"),  # an append
+                lambda: os.rename(w / "a.md", w / "a2.md"),
+                lambda: os.rename(w / "c.tmp", w / "c.md"),  # a temporary file saved at last
+                lambda: subprocess.run(["sed", "-i", "s/beta/BETA/", str(w / "b.md")]),
+                lambda: os.truncate(w / "a2.md", 3),  # truncate(2): a save of its own
+                lambda: os.mkdir(w / "d"),
+                lambda: os.rmdir(w / "d"),
+                lambda: os.unlink(w / "new.md"),
+            ]
+            (w / "c.tmp").write_text("c\n")  # never saved while its name is a temporary one
+            for change in changes:
+                while_locked(change, root)
+            assert service.find_memory(store, "/w/b.md").content == "BETA\n"
+            while_locked(lambda: open(w / "b.md", "w").close(), root, waits=False)
+            # (truncated at the open, saved at the release)
+            assert wait_for(lambda: service.find_memory(store, "/w/b.md").content == "")
+            assert daemon.process.poll() is None
+        saved = service.list_memories(store, view="full").data
+        assert {m.path: m.content for m in saved} == {
+            "/keep.md": "kept\n",
+            "/w/a2.md": "alp",
+            "/w/c.md": "c\n",
+            "/w/b.md": "",
+        }
+        made = [(v.operation, v.path) for v in reversed(service.list_versions(store).data)]
+        assert made[3:] == [
+            ("created", "/w/new.md"),
+            ("modified", "/w/a.md"),
+            ("modified", "/w/a2.md"),
+            ("created", "/w/c.md"),
+            ("modified", "/w/b.md"),
+            ("modified", "/w/a2.md"),
+            ("deleted", "/w/new.md"),
+            ("modified", "/w/b.md"),
+        ], made
+    finally:
+        commit()
+        with guard:
+            other.close()
+        service.close()

@@ -5,6 +5,7 @@ No errno here: the filesystem adapter and the CLI each map these at their own bo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 
@@ -116,3 +117,35 @@ ERROR_TYPES: tuple[type[MnemofsError], ...] = (
     LimitExceeded,
     StoreArchived,
 )
+
+
+class WriteWouldWait(Exception):
+    """A write transaction of a thread that must not wait (``write_at_once``) found SQLite's
+    write lock, or its process's turn to write, taken; it did nothing. Not a refusal (no
+    ``MnemofsError``): the caller makes its call again a little later (``Patience``)."""
+
+
+class Patience:
+    """How a caller of ``write_at_once`` (a server's event loop, a mount's) waits for the lock
+    while it serves others: ``pause`` says how long before the call is made again, 1 ms
+    doubling up to ``PAUSE_MAX_S`` (the rhythm of SQLite's own busy handler), and refuses it
+    ``Unavailable``, nothing changed, once the lock has been taken ``LOCKED_S`` (what SQLite's
+    busy timeout came to)."""
+
+    PAUSE_MAX_S = 0.05
+    LOCKED_S = 30.0
+
+    def __init__(self) -> None:
+        self._pause = 0.0
+        self._since = 0.0
+
+    def pause(self, exc: WriteWouldWait) -> float:
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._since >= self.LOCKED_S:
+            raise Unavailable(
+                f"the database has been locked by another writer for {self.LOCKED_S:g} s "
+                f"({exc}); nothing was changed"
+            ) from None
+        self._pause = min(self._pause * 2, self.PAUSE_MAX_S) if self._pause else 0.001
+        return self._pause

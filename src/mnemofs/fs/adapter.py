@@ -1,7 +1,9 @@
 """The pyfuse3 adapter: FUSE requests in, ``MemoryFs`` calls, attributes and errnos out.
 
 It translates only: names from bytes, nodes to ``EntryAttributes``, domain errors to
-``FUSEError`` (``errno_for``). Unexpected faults are logged once and become ``EIO``.
+``FUSEError`` (``errno_for``). Unexpected faults are logged once and become ``EIO``. And a
+change whose write finds SQLite's lock taken by another process is made again after a pause
+in which the mount serves its other requests (``Adapter._change``).
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import pyfuse3
 import trio
 
 from mnemofs import errors, limits
+from mnemofs.fs import loop
 from mnemofs.fs.access import Owner
 from mnemofs.fs.core import ROOT_INO, FsError, Invalidation, MemoryFs, Node
 from mnemofs.fs.nodes import errno_for
@@ -24,6 +27,7 @@ from mnemofs.fs.notices import DISK_FULL_HINT
 from mnemofs.paths import decode_name
 
 log = logging.getLogger("mnemofs.fs")
+T = TypeVar("T")
 
 # How long the kernel may keep names and attributes without asking. Every change it cannot see
 # for itself is invalidated the moment the mount learns of it (changes made elsewhere, in
@@ -88,6 +92,27 @@ class Adapter(pyfuse3.Operations):
         except Exception:  # a note must never change what the caller gets
             log.debug("could not note a refusal", exc_info=True)
         return error
+
+    async def _change(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``call``, a change that may write to the store, made without the mount's thread
+        waiting for SQLite's lock: while another process holds it (a CLI's import of a whole
+        store, a server's or another mount's write), the call's first write raises
+        ``WriteWouldWait`` having done nothing (the tree as it was too: fs/files.py), and the
+        call is made again after a pause in which another task serves the mount's other
+        requests (``loop.aside``), as long as SQLite's busy timeout would have waited."""
+        service = self.fs.service
+        patience: errors.Patience | None = None
+        while True:
+            service.write_at_once()
+            try:
+                return call(*args, **kwargs)
+            except errors.WriteWouldWait as exc:
+                patience = patience or errors.Patience()
+                pause = patience.pause(exc)
+            finally:
+                service.write_at_once(False)  # a call that wrote nothing
+            loop.aside()
+            await trio.sleep(pause)
 
     def _may_write(self, ctx: Any, ino: int, what: str) -> None:
         self.fs.check_write(ino, what, allowed=self.owner.allows(ctx.uid, ctx.gid, ctx.pid))
@@ -161,7 +186,8 @@ class Adapter(pyfuse3.Operations):
                 if owner_only and ctx.uid not in (0, self.uid):  # POSIX: only the owner
                     raise FsError(errno.EPERM, "setattr: only the owner may change modes or times")
                 self._may_write(ctx, inode, "setattr")
-            node = self.fs.setattr(
+            node = await self._change(
+                self.fs.setattr,
                 inode,
                 size=attr.st_size if fields.update_size else None,
                 mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
@@ -224,21 +250,21 @@ class Adapter(pyfuse3.Operations):
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: Any) -> Any:
         try:
             self._may_write(ctx, parent_inode, "mkdir")
-            return self.attrs(self.fs.mkdir(parent_inode, _name(name)))
+            return self.attrs(await self._change(self.fs.mkdir, parent_inode, _name(name)))
         except Exception as exc:
             raise self._refused(exc, "mkdir", parent_inode, name) from None
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         try:
             self._may_write(ctx, parent_inode, "rmdir")
-            self.fs.rmdir(parent_inode, _name(name))
+            await self._change(self.fs.rmdir, parent_inode, _name(name))
         except Exception as exc:
             raise self._refused(exc, "rmdir", parent_inode, name) from None
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
         try:
             self._may_write(ctx, parent_inode, "unlink")
-            self.fs.unlink(parent_inode, _name(name))
+            await self._change(self.fs.unlink, parent_inode, _name(name))
         except Exception as exc:
             raise self._refused(exc, "unlink", parent_inode, name) from None
 
@@ -256,7 +282,8 @@ class Adapter(pyfuse3.Operations):
                 raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
             self._may_write(ctx, parent_old, "rename")
             self._may_write(ctx, parent_new, "rename into")
-            self.fs.rename(
+            await self._change(
+                self.fs.rename,
                 parent_old,
                 _name(name_old),
                 parent_new,
@@ -325,7 +352,7 @@ class Adapter(pyfuse3.Operations):
 
     async def flush(self, fh: int) -> None:
         try:
-            self.fs.flush(fh)
+            await self._change(self.fs.flush, fh)
         except Exception as exc:
             raise self._refused(exc, "save at close", self.fs.ino_of(fh)) from None
         finally:
@@ -333,14 +360,14 @@ class Adapter(pyfuse3.Operations):
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         try:
-            self.fs.fsync(fh)
+            await self._change(self.fs.fsync, fh)
         except Exception as exc:
             raise self._refused(exc, "save at fsync", self.fs.ino_of(fh)) from None
 
     async def release(self, fh: int) -> None:
         ino = self.fs.ino_of(fh)
         try:
-            self.fs.release(fh)
+            await self._change(self.fs.release, fh)
         except Exception as exc:
             raise self._refused(exc, "save at release", ino) from None
         finally:

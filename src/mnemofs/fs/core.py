@@ -6,7 +6,11 @@ adapter). The store owns every rule about memories; this module decides *when* t
 
 Concurrency contract: ``MemoryFs`` is used from the trio thread only, one request at a time
 between awaits; no method awaits, so each runs atomically with respect to the others. Store
-calls block that thread (a local SQLite commit is ~100 µs, cheaper than a thread hop).
+calls block that thread (a local SQLite commit is ~100 µs, cheaper than a thread hop), with
+one exception: a change whose first write finds SQLite's lock held by another process gets
+``WriteWouldWait`` and is made again after a pause in which other requests are served
+(``Adapter._change``). So a change must leave the tree exactly as it was until its first
+store write (a method that changes something before it puts it back on ``WriteWouldWait``).
 
 How files become versions
 - A file's bytes live in one ``OpenFile`` buffer shared by every descriptor on it, so reads
@@ -45,6 +49,7 @@ from mnemofs.fs.nodes import (
 )
 from mnemofs.fs.notices import NoticesMixin
 from mnemofs.fs.refresh import RefreshMixin
+from mnemofs.fs.temporaries import TemporariesMixin
 
 __all__ = [
     "FOLD_WINDOW_S",
@@ -60,7 +65,8 @@ __all__ = [
 ]
 
 
-class MemoryFs(HistoryMixin, NoticesMixin, NamesMixin, RefreshMixin):
+class MemoryFs(HistoryMixin, NoticesMixin, NamesMixin, TemporariesMixin, RefreshMixin):
     """The mounted session: root directory, one directory per attached store. The parts:
-    ``tree.py`` (nodes, lookups, permissions), ``files.py`` (buffers and saves), ``names.py``
-    (directories, unlink, renames), ``refresh.py`` (changes made elsewhere)."""
+    ``tree.py`` (nodes, lookups, permissions), ``files.py`` (buffers and saves),
+    ``temporaries.py`` (temporary files left alone), ``names.py`` (directories, unlink,
+    renames), ``refresh.py`` (changes made elsewhere)."""

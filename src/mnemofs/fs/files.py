@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from mnemofs import limits
 from mnemofs.content import Content, never_text
-from mnemofs.errors import MnemofsError, NotFound, PathConflict, PreconditionFailed, Unavailable
+from mnemofs.errors import MnemofsError, NotFound, PathConflict, PreconditionFailed, WriteWouldWait
 from mnemofs.fs.nodes import (
     BACKUP_WINDOW_S,
     BUFFER_BYTES,
@@ -20,9 +20,6 @@ from mnemofs.fs.nodes import (
     CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
     FOLD_WINDOW_S,
-    TEMP_GRACE_S,
-    TEMP_KEPT_BYTES,
-    TEMP_KEPT_HINT,
     FsError,
     Handle,
     Invalidation,
@@ -30,7 +27,6 @@ from mnemofs.fs.nodes import (
     OpenFile,
     StoreMount,
     _now_ns,
-    errno_for,
 )
 from mnemofs.fs.tree import TreeBase
 from mnemofs.models import Memory
@@ -300,6 +296,10 @@ class FilesMixin(TreeBase):
         try:
             self.save(node)
             self._saved_by(handle)
+        except WriteWouldWait:  # nothing done: the release is made again (adapter.py)
+            of.opens += 1
+            self.handles[fh] = handle
+            raise
         finally:
             if of.opens == 0 and node.temporary:
                 node.temp_since = time.monotonic()  # left alone from now: see TEMP_GRACE_S
@@ -381,6 +381,9 @@ class FilesMixin(TreeBase):
             )
         except (PreconditionFailed, NotFound, PathConflict):
             return None  # changed elsewhere meanwhile: as if there were no backup
+        except WriteWouldWait:  # nothing done: the backup waits for the call made again
+            self.backups[(mount.store_id, path)] = backup
+            raise
         mtime = node.mtime_ns  # the backup is the old file: its time stays
         self._apply_memory(node, kept)
         node.mtime_ns = mtime
@@ -458,6 +461,9 @@ class FilesMixin(TreeBase):
             if not opened:  # truncate(2) on a path: that is a save of its own
                 try:
                     self.save(node)
+                except WriteWouldWait:  # nothing saved: the buffer made here goes again
+                    node.file.dirty = False
+                    raise
                 finally:
                     self._drop_clean_buffer(node)
         if atime_ns is not None:
@@ -495,82 +501,6 @@ class FilesMixin(TreeBase):
                 return True
             walk = walk.parent
         return False
-
-    def promote_temporaries(self, now: float | None = None) -> int:
-        """Save temp-named files left alone for ``TEMP_GRACE_S`` as ordinary memories; how
-        many were saved. One that cannot be saved yet (the store full, or refused as it is)
-        stays in memory, the oldest first, up to ``TEMP_KEPT_BYTES`` in all: past that, it
-        goes (``_drop_kept``), so no agent can fill the daemon's memory with them."""
-        now = time.monotonic() if now is None else now
-        saved = kept = 0
-        if self.service.unavailable is not None:
-            return saved  # a failed save would drop them; they wait for the database
-        for node in sorted(self.temporaries, key=lambda n: n.ino):  # in the order made
-            if not node.temporary or node.unlinked or self.nodes.get(node.ino) is not node:
-                self.temporaries.discard(node)  # saved, renamed, removed or forgotten since
-                continue
-            if node.file is None or node.file.opens:
-                continue
-            if now - node.temp_since < TEMP_GRACE_S:
-                continue
-            refusal: MnemofsError | FsError | None = None  # a save refused just now
-            if node.mount is not None and self._store_full(node.mount):
-                why = "the store is full"  # still not counted; tried again later
-            elif node.refused is not None and node.refused == hash(bytes(node.file.data)):
-                why = "the store refused it"  # as it is: tried again once it changes
-            else:
-                # A write to it was refused (EFBIG), and said to the writer: it goes, as a
-                # new file does whose save fails. Else a refusal keeps it (``_keep_refused``).
-                poisoned = node.file.failed != 0
-                node.temporary = False
-                try:
-                    self.save(node, undo=poisoned)
-                except (MnemofsError, FsError) as exc:
-                    if isinstance(exc, Unavailable):
-                        self.in_step = False  # it may have committed all the same
-                    if poisoned:
-                        self.temporaries.discard(node)
-                        continue
-                    node.temporary = True
-                    if isinstance(exc, Unavailable):
-                        continue  # tried again at the next pass
-                    why, refusal = f"the store refused it ({exc.message})", exc
-                else:
-                    self.temporaries.discard(node)
-                    saved += 1
-                    self._drop_clean_buffer(node)
-                    continue
-            kept += len(node.file.data)
-            if kept > TEMP_KEPT_BYTES:
-                self._drop_kept(node, why)
-            elif refusal is not None:
-                self._keep_refused(node, refusal)
-        return saved
-
-    def _keep_refused(self, node: Node, exc: MnemofsError | FsError) -> None:
-        """A temporary file the store will not take as a memory (bytes no text holds, a
-        credential, over a cap) stays what it was, a temporary file in memory: a rename, an
-        unlink or the unmount ends it. Said once; tried again once its bytes change."""
-        assert node.file is not None
-        node.refused = hash(bytes(node.file.data))
-        where = self.where(node)
-        code = errno_for(exc)
-        reason = f"{exc.message.rstrip('.')}; kept in memory until renamed, removed or unmounted"
-        log.warning("%s: not saved as a memory (%s): %s", where, errno.errorcode[code], reason)
-        self.note_refusal("save as a memory", where, code, reason)
-
-    def _drop_kept(self, node: Node, why: str) -> None:
-        """A temporary file that cannot be saved (``why``) and finds no room among those kept
-        in memory: it goes, as a new file whose save fails does, and that is said."""
-        where = self.where(node)
-        reason = (
-            f"{why}, and the temporary files this mount keeps unsaved already hold "
-            f"{TEMP_KEPT_BYTES // 2**20} MiB: removed"
-        )
-        log.warning("%s: %s", where, reason)
-        self.note_refusal("keep unsaved", where, errno.ENOSPC, reason, TEMP_KEPT_HINT)
-        self.temporaries.discard(node)
-        self._undo_failed_save(node)
 
     def note_refusal(
         self, what: str, where: str, code: int, reason: str, hint: str | None = None

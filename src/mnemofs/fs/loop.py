@@ -19,9 +19,17 @@ sleep in between wakes up on a cold CPU (on this machine's VM a wake-up costs mo
 ``stat``, and the request after it runs up to twice as slow). Outside a burst (an agent's
 occasional ``cat``) nothing spins, so an idle or lightly used mount burns no CPU.
 
+A mount runs one worker task, and its handlers never wait, with one exception: a change whose
+write finds SQLite's lock taken by another process (a CLI's import of a whole store, a server's
+write) pauses and tries again (``adapter.Adapter._change``) rather than block the thread and,
+with it, every request of the mount. Before each pause it calls ``aside``: another task reads
+and serves the requests meanwhile, a parked one or a new one (``pyfuse3._session_loop`` in the
+mount's nursery, at most ``MAX_SPARES`` in all). Only one task at a time waits for the fd
+(``_Turns.reader``): the others park until a pause wants one of them, or the session ends.
+
 pyfuse3 looks the function up in its module's globals for every request, so replacing that
 global is enough. ``install`` does so only where it finds what it expects (the function, one
-``/dev/fuse`` fd) and otherwise leaves pyfuse3 as it is.
+``/dev/fuse`` fd, its session loop) and otherwise leaves pyfuse3 as it is.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import logging
 import os
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pyfuse3
 import trio
@@ -40,6 +48,54 @@ log = logging.getLogger("mnemofs.fs")
 YIELD_EVERY = 64  # 16 made stats after a write ~5% slower (docs/decisions.md)
 # How long a wait within a burst spins before it sleeps (see the module docstring).
 SPIN_S = 200e-6
+MAX_SPARES = 4  # tasks started to serve requests while changes pause (see the module docstring)
+
+
+class _Turns:
+    """Which task waits for the next request, and the others (see the module docstring)."""
+
+    def __init__(self, session_loop: Callable[..., Awaitable[None]]) -> None:
+        self.session_loop = session_loop  # pyfuse3's, for spares
+        self.reader: trio.lowlevel.Task | None = None  # the one waiting for the fd, if any
+        self.parked = trio.lowlevel.ParkingLot()
+        self.nursery: trio.Nursery | None = None  # where spares start (``serve_spares``)
+        self.spares = 0
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.reader = None
+        self.parked.unpark_all()
+
+
+_turns: _Turns | None = None
+
+
+def serve_spares(nursery: trio.Nursery) -> None:
+    """Let ``aside`` start spare tasks in ``nursery`` (the mount's, cancelled at unmount)."""
+    if _turns is not None:
+        _turns.nursery = nursery
+
+
+def aside() -> None:
+    """Before a handler pauses (``adapter.Adapter._change``): unless a task already waits for
+    the next request, wake a parked one, or start one, to serve the mount meanwhile."""
+    turns = _turns
+    if turns is None or turns.reader is not None or turns.closed:
+        return
+    if turns.parked.statistics().tasks_waiting:
+        turns.parked.unpark()
+    elif turns.nursery is not None and turns.spares < MAX_SPARES:
+        turns.spares += 1
+        turns.nursery.start_soon(_spare, turns, name=f"mnemofs-spare-{turns.spares}")
+
+
+async def _spare(turns: _Turns) -> None:
+    try:
+        # min_tasks=max_tasks=1: it starts no task itself (it counts the main one).
+        await turns.session_loop(turns.nursery, 1, 1)
+    finally:
+        turns.close()  # its loop ended: the session is over, every other one's too
 
 
 def _fuse_fd() -> int | None:
@@ -58,10 +114,13 @@ def install(woken: Callable[[], None] | None = None) -> bool:
     """Replace pyfuse3's wait (call after ``pyfuse3.init``); False if it was left alone.
     ``woken`` is called whenever a request ends a wait that slept (not within a burst): the
     mount's upkeep rests until then."""
+    global _turns
     fd = _fuse_fd()
-    if fd is None or not hasattr(pyfuse3, "_wait_fuse_readable"):
+    session_loop = getattr(pyfuse3, "_session_loop", None)
+    if fd is None or session_loop is None or not hasattr(pyfuse3, "_wait_fuse_readable"):
         log.debug("keeping pyfuse3's own request loop")
         return False
+    _turns = turns = _Turns(session_loop)
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     clock = time.perf_counter
@@ -70,6 +129,10 @@ def install(woken: Callable[[], None] | None = None) -> bool:
 
     async def wait_fuse_readable() -> bool:
         nonlocal in_a_row, burst
+        while turns.reader is not None:  # another task waits for it: this one has no turn
+            await turns.parked.park()
+        if turns.closed:
+            return False
         if in_a_row < YIELD_EVERY and poller.poll(0):
             in_a_row += 1
             return True
@@ -80,10 +143,15 @@ def install(woken: Callable[[], None] | None = None) -> bool:
                     in_a_row += 1
                     return True
         in_a_row = 0
+        turns.reader = trio.lowlevel.current_task()
         try:
             await trio.lowlevel.wait_readable(fd)
-        except trio.ClosedResourceError:  # pyfuse3.terminate(): the loop ends
+        except trio.ClosedResourceError:  # pyfuse3.terminate(): the loop ends, every task's
+            turns.close()
             return False
+        finally:
+            if turns.reader is trio.lowlevel.current_task():
+                turns.reader = None
         burst = clock() - began < SPIN_S  # spun and slept: the requests have thinned out
         if woken is not None:
             woken()

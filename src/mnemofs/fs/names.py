@@ -7,7 +7,7 @@ import time
 from contextlib import suppress
 
 from mnemofs.content import Content
-from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.errors import MnemofsError, NotFound, WriteWouldWait
 from mnemofs.fs.files import FilesMixin
 from mnemofs.fs.history import HISTORY
 from mnemofs.fs.nodes import (
@@ -139,7 +139,7 @@ class NamesMixin(FilesMixin):
             if node.file is not None and node.file.opens == 0:
                 try:
                     self.save(node, undo=False)
-                except (MnemofsError, FsError):
+                except (MnemofsError, FsError, WriteWouldWait):
                     # The rename fails, and the file stays what it was, where the kernel
                     # still has it: a temporary file under its own name, every byte kept.
                     node.temporary = True

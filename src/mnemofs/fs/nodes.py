@@ -137,7 +137,7 @@ class Node:
     temporary: bool = False  # a temp-named file kept in memory (see the module docstring)
     temp_since: float = 0.0
     # A temporary file whose save as a memory the store refused: the hash of those bytes
-    # (``FilesMixin._keep_refused``); not tried again while they are the same.
+    # (``TemporariesMixin._keep_refused``); not tried again while they are the same.
     refused: int | None = None
     born: float = 0.0  # when this mount created it (0: it came from the store)
     unlinked: bool = False

@@ -9,9 +9,9 @@ thread's of this one: an import through the API, the upkeep below) would wait on
 to 30 s, and every request of every client with it, reads and health checks included. So an
 inline call's first write does not wait (``MemoryService.write_at_once``): if the lock is
 taken it raises ``WriteWouldWait`` having done nothing, and the call is made again after a
-pause on the loop (1 ms, doubling up to ``PAUSE_MAX_S``, as SQLite's own busy handler
-sleeps), while everyone else is served; after ``LOCKED_S`` it is refused ``Unavailable``
-(503, retried by clients), which is what the busy timeout came to. (A thread of its own for
+pause on the loop (``errors.Patience``: 1 ms doubling, as SQLite's own busy handler sleeps),
+while everyone else is served; after 30 s it is refused ``Unavailable`` (503, retried by
+clients), which is what the busy timeout came to. (A thread of its own for
 such calls made a convoy: under eight clients every write after the first that waited went
 there too, each with a thread's hop, while the loop sat idle.)
 
@@ -30,7 +30,6 @@ import asyncio
 import functools
 import logging
 import math
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -38,13 +37,11 @@ from typing import Any
 import anyio
 
 from mnemofs import limits
-from mnemofs.errors import Unavailable
-from mnemofs.store import MemoryService, WriteWouldWait
+from mnemofs.errors import Patience, WriteWouldWait
+from mnemofs.store import MemoryService
 
 log = logging.getLogger("mnemofs.http")
 
-PAUSE_MAX_S = 0.05  # between tries of a call whose write found the lock taken, at most
-LOCKED_S = 30.0  # a call refused after its write found the lock taken this long
 
 # A save writes ~15 pages to the WAL: at 1,500 saves a second ~90 MB/s, so the upkeep looks this
 # often while requests come (the WAL's bound is 64 MiB), as a mount's does.
@@ -60,21 +57,17 @@ class Inline:
         self._called: anyio.Event | None = None  # set by a call while the upkeep rests
 
     async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        pause, since = 0.0, 0.0
+        patience: Patience | None = None
         try:
             while True:
                 self._service.write_at_once()
                 try:
                     return fn(*args, **kwargs)
                 except WriteWouldWait as exc:
-                    now = time.monotonic()
-                    since = since or now
-                    if now - since >= LOCKED_S:
-                        raise Unavailable(
-                            f"the database has been locked by another writer for "
-                            f"{LOCKED_S:g} s ({exc}); nothing was changed"
-                        ) from None
-                pause = min(pause * 2, PAUSE_MAX_S) if pause else 0.001
+                    patience = patience or Patience()
+                    pause = patience.pause(exc)
+                finally:
+                    self._service.write_at_once(False)  # a call that wrote nothing
                 await anyio.sleep(pause)  # the others are served meanwhile
         finally:
             if self._called is not None:

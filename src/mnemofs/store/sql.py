@@ -32,7 +32,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from mnemofs.errors import StorageFull, Unavailable
+from mnemofs.errors import StorageFull, Unavailable, WriteWouldWait
 from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
@@ -47,11 +47,6 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
 RECONNECT_INTERVAL_S = 0.5
-
-
-class WriteWouldWait(Exception):
-    """A write transaction of a thread that must not wait (``Database.write_at_once``) found
-    SQLite's write lock taken; it did nothing."""
 
 
 class Database:
@@ -215,16 +210,18 @@ class Database:
             if conn is not None:
                 self._make_interactive(conn)
 
-    def write_at_once(self) -> None:
+    def write_at_once(self, on: bool = True) -> None:
         """For a thread that must never wait for SQLite's write lock (a server's event loop,
-        which every request shares): the next write transaction begun on this thread raises
-        ``WriteWouldWait``, having done nothing, when this process's turn to write or the
-        database's lock is taken (another thread's or process's write, a CLI's import), instead
-        of waiting for it (up to ``SQLITE_BUSY_TIMEOUT_MS``). Its caller then makes its call
-        again a little later, having served others meanwhile. Later writes wait as usual: the
-        call has changed something by then. Nothing changes on PostgreSQL."""
+        which every request shares; a mount's, which every FUSE request does): the next write
+        transaction begun on this thread raises ``WriteWouldWait``, having done nothing, when
+        this process's turn to write or the database's lock is taken (another thread's or
+        process's write, a CLI's import), instead of waiting for it (up to
+        ``SQLITE_BUSY_TIMEOUT_MS``). Its caller then makes its call again a little later,
+        having served others meanwhile. Later writes wait as usual: the call has changed
+        something by then. ``on=False`` after the call: a call that wrote nothing leaves no
+        such write to whatever this thread does next. Nothing changes on PostgreSQL."""
         if self._wal is not None:
-            self._local.at_once = True
+            self._local.at_once = on
 
     @staticmethod
     def _make_interactive(conn: Any) -> None:
