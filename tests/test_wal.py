@@ -442,6 +442,7 @@ def test_a_write_at_once_does_nothing_rather_than_wait(tmp_path: Path) -> None:
     the later ones wait as usual: the call cannot be made again by then."""
     db = tmp_path / "db.sqlite"
     service = MemoryService(make_engine(f"sqlite:///{db}"), actor="api")
+    service.defer_checkpoints()  # as a server or a mount: no search thread waits in its stead
     store = service.create_store("At once").id
     other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     log = service.db._wal
@@ -485,7 +486,9 @@ def test_a_write_at_once_does_nothing_rather_than_wait(tmp_path: Path) -> None:
         service.write_at_once()
         service.create_memory(store, "/a.md", "at once\n")  # the lock was free
         other.execute("BEGIN IMMEDIATE")
-        threading.Timer(0.3, commit).start()
+        # Longer than the retries of a busy transaction (``Database.run``) take in all: its
+        # connection, made impatient (no busy handler), waits in ``_begin_patiently``.
+        threading.Timer(1.5, commit).start()
         service.create_memory(store, "/b.md", "waited\n")  # the same call's next write waits
         assert [m.path for m in service.list_memories(store).data] == ["/a.md", "/b.md"]
     finally:
