@@ -126,26 +126,24 @@ class WriteWouldWait(Exception):
 
 
 class Patience:
-    """How a caller of ``write_at_once`` (a server's event loop, a mount's) waits for the lock
-    while it serves others: ``pause`` says how long before the call is made again, 1 ms
-    doubling up to ``PAUSE_MAX_S`` (the rhythm of SQLite's own busy handler), and refuses it
-    ``Unavailable``, nothing changed, once the lock has been taken ``LOCKED_S`` (what SQLite's
-    busy timeout came to)."""
+    """How a caller of ``write_at_once`` (a server's event loop, a mount's) waits for a lock
+    while it serves others, from the first ``WriteWouldWait``: ``pause`` says how long before
+    the call is made again, 1 ms doubling up to ``PAUSE_MAX_S`` (the rhythm of SQLite's own
+    busy handler); once ``over`` (``LOCKED_S``, what SQLite's busy timeout came to) the call is
+    made a last time with ``write_at_once(last=True)``, whose write, the lock still taken, is
+    refused ``Unavailable`` by the store, nothing changed."""
 
     PAUSE_MAX_S = 0.05
     LOCKED_S = 30.0
 
     def __init__(self) -> None:
         self._pause = 0.0
-        self._since = 0.0
+        self._since = time.monotonic()
 
-    def pause(self, exc: WriteWouldWait) -> float:
-        now = time.monotonic()
-        self._since = self._since or now
-        if now - self._since >= self.LOCKED_S:
-            raise Unavailable(
-                f"the database has been locked by another writer for {self.LOCKED_S:g} s "
-                f"({exc}); nothing was changed"
-            ) from None
+    @property
+    def over(self) -> bool:
+        return time.monotonic() - self._since >= self.LOCKED_S
+
+    def pause(self) -> float:
         self._pause = min(self._pause * 2, self.PAUSE_MAX_S) if self._pause else 0.001
         return self._pause

@@ -413,7 +413,7 @@ class RemoteBackend:
         return self._accessed_since + ACCESS_FLUSH_S - time.monotonic()
 
     def defer_checkpoints(self) -> None: ...
-    def write_at_once(self, on: bool = True) -> None: ...  # a server's lock waits there
+    def write_at_once(self, on: bool = True, *, last: bool = False) -> None: ...  # server-side
 
     def defer_reconnects(self) -> None:
         self._fail_fast = True

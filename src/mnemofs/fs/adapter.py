@@ -99,16 +99,19 @@ class Adapter(pyfuse3.Operations):
         store, a server's or another mount's write), the call's first write raises
         ``WriteWouldWait`` having done nothing (the tree as it was too: fs/files.py), and the
         call is made again after a pause in which another task serves the mount's other
-        requests (``loop.aside``), as long as SQLite's busy timeout would have waited."""
+        requests (``loop.aside``), as long as SQLite's busy timeout would have waited. On
+        PostgreSQL the same for a row lock held by another transaction (a store's restore)."""
         service = self.fs.service
         patience: errors.Patience | None = None
         while True:
-            service.write_at_once()
+            # The last try's write is refused by the store (EIO), which the tree's own failure
+            # handling then sees, as it did a busy timeout's (a save puts the file back).
+            service.write_at_once(last=patience is not None and patience.over)
             try:
                 return call(*args, **kwargs)
-            except errors.WriteWouldWait as exc:
+            except errors.WriteWouldWait:
                 patience = patience or errors.Patience()
-                pause = patience.pause(exc)
+                pause = patience.pause()
             finally:
                 service.write_at_once(False)  # a call that wrote nothing
             loop.aside()

@@ -26,8 +26,8 @@ import math
 import anyio
 
 from mnemofs.inotify import FileWatch
+from mnemofs.store.listener import Listener
 from mnemofs.store.service import MemoryService
-from mnemofs.store.sql import Listener
 
 log = logging.getLogger("mnemofs.http")
 

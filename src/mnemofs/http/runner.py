@@ -60,12 +60,12 @@ class Inline:
         patience: Patience | None = None
         try:
             while True:
-                self._service.write_at_once()
+                self._service.write_at_once(last=patience is not None and patience.over)
                 try:
                     return fn(*args, **kwargs)
-                except WriteWouldWait as exc:
+                except WriteWouldWait:
                     patience = patience or Patience()
-                    pause = patience.pause(exc)
+                    pause = patience.pause()
                 finally:
                     self._service.write_at_once(False)  # a call that wrote nothing
                 await anyio.sleep(pause)  # the others are served meanwhile

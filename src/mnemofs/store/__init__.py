@@ -5,8 +5,8 @@ Knows nothing of FUSE, trio or the CLI.
 
 from mnemofs.errors import WriteWouldWait
 from mnemofs.store.engine import Engine, make_engine, resolve_url, upgrade
+from mnemofs.store.listener import Listener
 from mnemofs.store.service import MemoryService, decode_content, prompt_note, sha256_hex
-from mnemofs.store.sql import Listener
 
 __all__ = [
     "Engine",

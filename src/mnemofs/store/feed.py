@@ -21,6 +21,7 @@ from mnemofs.models import (
 from mnemofs.secrets import load_checks
 from mnemofs.store.base import ServiceBase
 from mnemofs.store.check import CheckReport, check
+from mnemofs.store.listener import Listener
 from mnemofs.store.notices import CHANGES_CHANNEL
 from mnemofs.store.rows import (
     _MEMORY_COLS,
@@ -33,7 +34,6 @@ from mnemofs.store.rows import (
     _version,
     store_seq_range,
 )
-from mnemofs.store.sql import Listener
 from mnemofs.store.tx import Tx
 
 _STATE_COLS = "id, revision, archived_at, memory_count"  # of memory_stores: a StoreState
@@ -195,12 +195,13 @@ class FeedMixin(ServiceBase):
         than in the first save, which it made 70-140 ms slower."""
         threading.Thread(target=load_checks, name="mnemofs-warm-up", daemon=True).start()
 
-    def write_at_once(self, on: bool = True) -> None:
+    def write_at_once(self, on: bool = True, *, last: bool = False) -> None:
         """For a thread that must never wait for SQLite's write lock (a server's event loop,
         a mount's), before each call: that call's first write raises ``WriteWouldWait``, having
         done nothing, rather than wait (``Database.write_at_once``); the caller makes the call
-        again a little later, having served the others meanwhile. ``on=False`` after it."""
-        self.db.write_at_once(on)
+        again a little later, having served the others meanwhile. ``on=False`` after it;
+        ``last`` once it has waited long enough (``errors.Patience``)."""
+        self.db.write_at_once(on, last=last)
 
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount's worker thread, when

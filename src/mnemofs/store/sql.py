@@ -33,8 +33,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from mnemofs.errors import StorageFull, Unavailable, WriteWouldWait
+from mnemofs.errors import Patience, StorageFull, Unavailable, WriteWouldWait
 from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine
+from mnemofs.store.listener import Listener
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
 from mnemofs.store.pgwait import Spin
@@ -47,9 +48,26 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 # serialization_failure, deadlock_detected; a prepared statement lost (store/pgpipe.py)
 _PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
+# write_at_once on PostgreSQL: a row lock held longer than this makes the write WriteWouldWait
+# (a save waiting on another's is a few ms; a store's restore or prune holds it for seconds).
+AT_ONCE_LOCK_WAIT_MS = 50
+_PG_AT_ONCE = f"SELECT set_config('lock_timeout', '{AT_ONCE_LOCK_WAIT_MS}ms', true)"
+_PG_LOCK_NOT_AVAILABLE = "55P03"
+_LAST_TRY = "last"  # write_at_once(last=True)
 # SQLite's busy handler's pauses (sqliteDefaultBusyCallback), the last repeated
 _BUSY_PAUSES_S = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05, 0.1)
 RECONNECT_INTERVAL_S = 0.5
+
+
+def _would_wait(why: str, at_once: bool | str) -> Exception:
+    """What a write at once that found a lock taken raises: ``WriteWouldWait``, or on its last
+    try (``write_at_once(last=True)``) the refusal, nothing changed."""
+    if at_once is not _LAST_TRY:
+        return WriteWouldWait(why)
+    return Unavailable(
+        f"the database has been locked by another writer for {Patience.LOCKED_S:g} s "
+        f"({why}); nothing was changed"
+    )
 
 
 class Database:
@@ -213,19 +231,22 @@ class Database:
             if conn is not None:
                 self._make_interactive(conn)
 
-    def write_at_once(self, on: bool = True) -> None:
+    def write_at_once(self, on: bool = True, *, last: bool = False) -> None:
         """For a thread that must never wait for SQLite's write lock (a server's event loop,
         which every request shares; a mount's, which every FUSE request does): the next write
         transaction begun on this thread raises ``WriteWouldWait``, having done nothing, when
         this process's turn to write or the database's lock is taken (another thread's or
         process's write, a CLI's import), instead of waiting for it (up to
-        ``SQLITE_BUSY_TIMEOUT_MS``). Its caller then makes its call again a little later,
-        having served others meanwhile. Later writes wait as usual: the call has changed
-        something by then (``_begin_patiently``). ``on=False`` after the call: a call that
-        wrote nothing leaves no such write to whatever this thread does next. Nothing changes
-        on PostgreSQL."""
-        if self._wal is not None:
-            self._local.at_once = on
+        ``SQLITE_BUSY_TIMEOUT_MS``). On PostgreSQL, when a row lock it needs is held for
+        ``AT_ONCE_LOCK_WAIT_MS`` (another transaction's on the store: a restore, a prune). Its
+        caller then makes its call again a little later, having served others meanwhile
+        (``errors.Patience``). Later writes wait as usual: the call has changed something by
+        then (``_begin_patiently``). ``last``: the caller has waited long enough, and a lock
+        still taken is ``Unavailable``, nothing changed: refused here, so that the caller's
+        own handling of a failed write runs as for any (a mount puts the file back as saved).
+        ``on=False`` after the call: a call that wrote nothing leaves no such write to
+        whatever this thread does next."""
+        self._local.at_once = (_LAST_TRY if last else True) if on else False
 
     @staticmethod
     def _make_interactive(conn: Any) -> None:
@@ -352,22 +373,23 @@ class Database:
         wal = self._wal
         assert wal is not None
         dbapi = self._connection()
-        at_once = impatient = False
+        at_once: bool | str = False
+        impatient = False
         if write:
             local = self._local
             at_once = getattr(local, "at_once", False)
             impatient = getattr(local, "impatient", None) is dbapi
             if not at_once:
                 wal.take_turn()
-            elif not wal.try_turn():
-                raise WriteWouldWait("another thread of this process is writing")
+            elif not wal.try_turn():  # (its writer may itself wait for another process's lock)
+                raise _would_wait("another thread of this process is writing", at_once)
             else:
                 local.at_once = False
         try:
             cursor = dbapi.cursor()
             try:
                 if at_once:
-                    self._begin_at_once(cursor, impatient)
+                    self._begin_at_once(cursor, impatient, at_once)
                 elif impatient:
                     self._begin_patiently(cursor)
                 else:
@@ -405,10 +427,16 @@ class Database:
             # with the first statement, statements whose result nobody reads (Tx.run) with the
             # next one that needs an answer, and the last of them with the COMMIT. No driver
             # cursor (~5 µs to make one).
+            local = self._local
+            at_once = getattr(local, "at_once", False)
+            if at_once:
+                local.at_once = False
             tx = PipelineTx(self, dbapi)
             try:
                 try:
                     tx.begin()
+                    if at_once:
+                        tx.run(_PG_AT_ONCE)  # this transaction's own, with its BEGIN
                     result = fn(tx)
                     state.append(True)
                     tx.commit()
@@ -417,8 +445,12 @@ class Database:
                     if state and tx.told and self._notices is not None:
                         self._notices.committed(tx.told)
                     tx.close()  # out of pipeline mode: before the rollback below
-            except BaseException:
+            except BaseException as exc:
                 self._roll_back(dbapi)
+                if at_once and getattr(exc, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE:
+                    # Failed, so not committed (the error came before the COMMIT took effect).
+                    why = "another transaction holds a lock this write needs"
+                    raise _would_wait(why, at_once) from None
                 raise
             return result
         cursor = dbapi.cursor()
@@ -487,7 +519,7 @@ class Database:
             delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
 
-    def _begin_at_once(self, cursor: Any, impatient: bool) -> None:
+    def _begin_at_once(self, cursor: Any, impatient: bool, at_once: bool | str) -> None:
         """``BEGIN IMMEDIATE`` without SQLite's busy handler: ``WriteWouldWait`` if the lock is
         taken (``write_at_once``). The connection is made impatient the first time (its busy
         timeout 0, ``_local.impatient``) and stays so: setting it before and after every such
@@ -501,7 +533,7 @@ class Database:
         except self._driver_error as exc:
             if not self._classify(exc)[0]:  # not busy: a real failure, the caller's to see
                 raise
-            raise WriteWouldWait("another process is writing to the database") from None
+            raise _would_wait("another process is writing to the database", at_once) from None
 
     def _begin_patiently(self, cursor: Any) -> None:
         """``BEGIN IMMEDIATE`` on an impatient connection (``_begin_at_once``) for a write that
@@ -529,48 +561,6 @@ class Database:
         conn = getattr(self._local, "conn", None)
         broken = conn is None or conn.closed or bool(getattr(conn, "broken", False))
         return broken, broken
-
-
-class Listener:
-    """Notifications on one PostgreSQL connection: wait until ``fileno()`` is readable, then
-    ``drain()``; the payloads of notifications sent together arrive once.
-
-    Notifications sent by the owning Database's own connections are left out: a mount already
-    shows what it saved itself, and refreshing after each of its own saves cost ~6 ms of every
-    save (measured: 141 saves/s against 890/s). The notifications are sent after the commit
-    (store/notices.py), also for a save whose connection broke while committing: other mounts
-    hear it, and this one finds whatever it kept at its look every second. A server's bell
-    (http/bell.py) wakes when the connection turns readable, whoever sent the notice.
-    """
-
-    # A notice lost with a process that ended between its commit and the send is found by
-    # the look made after this long without one.
-    quiet_look_s = 1.0
-
-    def __init__(self, conn: Any, own_pids: Callable[[], set[int]]) -> None:
-        self._conn = conn
-        self._own_pids = own_pids
-
-    def fileno(self) -> int:
-        return int(self._conn.fileno())
-
-    def drain(self) -> set[str]:
-        """The payloads heard since the last drain, without waiting. Read from libpq itself
-        (this connection only listens): psycopg's ``notifies(timeout=0)`` took ~95 µs a call
-        on a mount's request thread, measured, for what is a read of the socket's buffer."""
-        pg = self._conn.pgconn
-        pg.consume_input()
-        heard = []
-        while (notify := pg.notifies()) is not None:
-            heard.append(notify)
-        if not heard:
-            return set()
-        own = self._own_pids()
-        return {n.extra.decode() for n in heard if n.be_pid not in own}
-
-    def close(self) -> None:
-        with suppress(Exception):
-            self._conn.close()
 
 
 def _failure(exc: Exception) -> Unavailable:

@@ -1,0 +1,235 @@
+"""A write that finds a lock taken by another process or transaction (SQLite's write lock; on
+PostgreSQL a store's row) is made again after a pause, and whoever made it serves others
+meanwhile: the server's loop (test_http_bounds.py), a mount's thread (here). After
+``Patience.LOCKED_S`` its last try is refused by the store, nothing changed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mnemofs import errors
+from mnemofs.errors import Patience, WriteWouldWait
+from mnemofs.fs.access import Owner
+from mnemofs.fs.adapter import Adapter
+from mnemofs.fs.core import ROOT_INO, MemoryFs
+from mnemofs.store import MemoryService, make_engine
+
+from .mounted import mounted, wait_for
+from .test_adapter import OWNER, Ctx, code
+
+HOLD_S = 5.0  # how long a test's other writer holds the lock at most
+
+
+class Holder:
+    """Another connection holding what a store's writes need: SQLite's write lock, or on
+    PostgreSQL the store's row. Released by ``release``, or by a timer after ``HOLD_S``: a
+    test whose writer waits fails, it does not hang."""
+
+    def __init__(self, url: str, store_id: str) -> None:
+        self._guard = threading.Lock()
+        self._store = store_id
+        self._sqlite = url.startswith("sqlite")
+        self._conn: Any
+        if self._sqlite:
+            path = url.removeprefix("sqlite:///")
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        else:
+            self._conn = make_engine(url, check_schema=False).connect()
+            self._conn.autocommit = True
+        self.holding = False
+        self._timer: threading.Timer | None = None
+
+    def hold(self) -> None:
+        if self._sqlite:
+            self._conn.execute("BEGIN IMMEDIATE")
+        else:
+            self._conn.execute("BEGIN")
+            self._conn.execute(
+                "SELECT 1 FROM memory_stores WHERE id = %s FOR UPDATE", (self._store,)
+            )
+        self.holding = True
+        self._timer = threading.Timer(HOLD_S, self.release)
+        self._timer.start()
+
+    def release(self) -> None:
+        with self._guard:
+            if self._timer is not None:
+                self._timer.cancel()
+            if self.holding:
+                self._conn.execute("COMMIT")
+                self.holding = False
+
+    def close(self) -> None:
+        self.release()
+        with self._guard:
+            self._conn.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_write_at_once_on_postgres_does_nothing_rather_than_wait_for_a_row(
+    service: MemoryService, db_url: str
+) -> None:
+    """On PostgreSQL the lock a write waits for is a row's: another transaction on the store
+    (a restore, a prune). A write at once gives up after ``AT_ONCE_LOCK_WAIT_MS``, nothing
+    done; its last try is ``Unavailable``; a plain write waits, as ever. (SQLite's own:
+    test_wal.py.)"""
+    store = service.create_store("Rows").id
+    holder = Holder(db_url, store)
+    try:
+        holder.hold()
+        service.write_at_once()
+        with pytest.raises(WriteWouldWait):
+            service.create_memory(store, "/a.md", "not now\n")
+        service.write_at_once(last=True)
+        with pytest.raises(errors.Unavailable, match="locked by another writer"):
+            service.create_memory(store, "/a.md", "not now\n")
+        assert service.list_memories(store).data == []
+        other = service.create_store("Other").id  # another store's row is free
+        service.write_at_once()
+        service.create_memory(other, "/b.md", "at once\n")
+        threading.Timer(0.3, holder.release).start()
+        service.create_memory(store, "/a.md", "waited\n")  # not at once: it waits
+        assert service.find_memory(store, "/a.md").content == "waited\n"
+    finally:
+        holder.close()
+
+
+@pytest.mark.trio
+async def test_a_save_locked_out_too_long_fails_and_puts_the_file_back(
+    service: MemoryService, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the lock has been taken for ``Patience.LOCKED_S``, a close that saves is EIO, the
+    file back as saved and the store as it was, as a busy timeout left them; the next save,
+    the lock free, is made."""
+    monkeypatch.setattr(Patience, "LOCKED_S", 0.3)
+    store = service.create_store("Notes").id
+    service.create_memory(store, "/a.md", "alpha\n")
+    session = service.create_session([{"memory_store_id": store}], mount_root="/m")
+    adapter = Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, OWNER))
+    notes = await adapter.lookup(ROOT_INO, b"notes", Ctx())
+    a = await adapter.lookup(notes.st_ino, b"a.md", Ctx())
+    holder = Holder(db_url, store)
+    try:
+        info = await adapter.open(a.st_ino, os.O_WRONLY | os.O_TRUNC, Ctx())
+        await adapter.write(info.fh, 0, b"never saved\n")
+        holder.hold()
+        assert await code(adapter.flush(info.fh)) == errno.EIO
+        assert holder.holding
+        holder.release()
+        await adapter.release(info.fh)
+        info = await adapter.open(a.st_ino, os.O_RDONLY, Ctx())
+        assert await adapter.read(info.fh, 0, 100) == b"alpha\n"
+        await adapter.release(info.fh)
+        assert service.find_memory(store, "/a.md").content == "alpha\n"
+        info = await adapter.open(a.st_ino, os.O_WRONLY | os.O_TRUNC, Ctx())
+        await adapter.write(info.fh, 0, b"saved\n")
+        await adapter.flush(info.fh)
+        await adapter.release(info.fh)
+        assert service.find_memory(store, "/a.md").content == "saved\n"
+    finally:
+        holder.close()
+
+
+def _read_a_little(root: Path) -> list[str]:
+    """Requests that reach the daemon whatever the kernel keeps: an open, a listing, a
+    temporary file made and gone (a change that writes nothing to the store)."""
+    with open(root / "keep.md") as f:
+        seen = [f.read()]
+    seen.append(",".join(sorted(os.listdir(root))))
+    (root / "scratch.swp").write_text("swap\n")
+    (root / "scratch.swp").unlink()
+    return seen
+
+
+@pytest.mark.mounted
+def test_a_change_waiting_for_a_lock_holds_up_no_other_request(
+    service: MemoryService, db_url: str, tmp_path: Path
+) -> None:
+    """While another process holds the lock a change needs (a CLI's import of a whole store
+    holds SQLite's for seconds; a restore holds a store's row on PostgreSQL), a change through
+    the mount waits for it, and returns once made, once; the mount meanwhile serves its other
+    requests: they used to wait with it, every one of them, on the daemon's one thread. Every
+    kind of change that writes, in turn (each must leave the tree as it was when it found the
+    lock taken: it is made again). The reads are in another directory: the kernel keeps a
+    directory's readers out while a name in it changes, on any filesystem."""
+    store = service.create_store("Waits").id
+    for path, text in (("/keep.md", "kept\n"), ("/w/a.md", "alpha\n"), ("/w/b.md", "beta\n")):
+        service.create_memory(store, path, text)
+    session = service.create_session([{"memory_store_id": store}])
+    holder = Holder(db_url, store)
+
+    def while_locked(change: Callable[[], object], root: Path, waits: bool = True) -> None:
+        """``waits``: the call returns only once the change is made (not a close whose save
+        is at the release the kernel sends after it returned)."""
+        holder.hold()
+        try:
+            changing = threading.Thread(target=change)
+            changing.start()
+            time.sleep(0.3)
+            assert changing.is_alive() == waits  # it cannot be made while the lock is held
+            reads: list[list[str]] = []
+            reading = threading.Thread(target=lambda: reads.append(_read_a_little(root)))
+            reading.start()
+            reading.join(HOLD_S + 5)
+            assert reads == [["kept\n", "keep.md,w"]], reads  # answered...
+            assert holder.holding  # ...while the change waited
+            assert changing.is_alive() == waits
+            holder.release()
+            changing.join(30)
+            assert not changing.is_alive()
+        finally:
+            holder.release()
+
+    try:
+        with mounted(db_url, session.id, tmp_path / "mnt") as daemon:
+            root = daemon.root / "waits"
+            w = root / "w"
+            changes: list[Callable[[], object]] = [
+                lambda: (w / "new.md").write_text("new\n"),  # a save at close (flush)
+                lambda: (w / "a.md").open("a").write("more\n"),  # an append
+                lambda: os.rename(w / "a.md", w / "a2.md"),
+                lambda: os.rename(w / "c.tmp", w / "c.md"),  # a temporary file saved at last
+                lambda: subprocess.run(["sed", "-i", "s/beta/BETA/", str(w / "b.md")]),
+                lambda: os.truncate(w / "a2.md", 3),  # truncate(2): a save of its own
+                lambda: os.mkdir(w / "d"),
+                lambda: os.rmdir(w / "d"),
+                lambda: os.unlink(w / "new.md"),
+            ]
+            (w / "c.tmp").write_text("c\n")  # never saved while its name is a temporary one
+            for change in changes:
+                while_locked(change, root)
+            assert service.find_memory(store, "/w/b.md").content == "BETA\n"
+            while_locked(lambda: open(w / "b.md", "w").close(), root, waits=False)
+            # (truncated at the open, saved at the release)
+            assert wait_for(lambda: service.find_memory(store, "/w/b.md").content == "")
+            assert daemon.process.poll() is None
+        saved = service.list_memories(store, view="full").data
+        assert {m.path: m.content for m in saved} == {
+            "/keep.md": "kept\n",
+            "/w/a2.md": "alp",
+            "/w/b.md": "",
+            "/w/c.md": "c\n",
+        }
+        made = [(v.operation, v.path) for v in reversed(service.list_versions(store).data)]
+        assert made[3:] == [
+            ("created", "/w/new.md"),
+            ("modified", "/w/a.md"),
+            ("modified", "/w/a2.md"),
+            ("created", "/w/c.md"),
+            ("modified", "/w/b.md"),
+            ("modified", "/w/a2.md"),
+            ("deleted", "/w/new.md"),
+            ("modified", "/w/b.md"),
+        ], made
+    finally:
+        holder.close()
