@@ -50,8 +50,11 @@ _PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
 # write_at_once on PostgreSQL: a row lock held longer than this makes the write WriteWouldWait
 # (a save waiting on another's is a few ms; a store's restore or prune holds it for seconds).
+# Set once on the connection; its other writes lift it for their own transaction: setting it
+# for each write at once instead cost ~7 µs of a ~175 µs change.
 AT_ONCE_LOCK_WAIT_MS = 50
-_PG_AT_ONCE = f"SELECT set_config('lock_timeout', '{AT_ONCE_LOCK_WAIT_MS}ms', true)"
+_PG_IMPATIENT = f"SET lock_timeout = '{AT_ONCE_LOCK_WAIT_MS}ms'"
+_PG_PATIENT = "SET LOCAL lock_timeout = 0"
 _PG_LOCK_NOT_AVAILABLE = "55P03"
 _LAST_TRY = "last"  # write_at_once(last=True)
 # SQLite's busy handler's pauses (sqliteDefaultBusyCallback), the last repeated
@@ -429,14 +432,18 @@ class Database:
             # cursor (~5 µs to make one).
             local = self._local
             at_once = getattr(local, "at_once", False)
+            impatient = getattr(local, "impatient", None) is dbapi
             if at_once:
                 local.at_once = False
+                if not impatient:  # once per connection (as SQLite's busy timeout)
+                    dbapi.execute(_PG_IMPATIENT)
+                    local.impatient, impatient = dbapi, True
             tx = PipelineTx(self, dbapi)
             try:
                 try:
                     tx.begin()
-                    if at_once:
-                        tx.run(_PG_AT_ONCE)  # this transaction's own, with its BEGIN
+                    if impatient and not at_once:
+                        tx.run(_PG_PATIENT)  # a write that may wait, as ever: with its BEGIN
                     result = fn(tx)
                     state.append(True)
                     tx.commit()
