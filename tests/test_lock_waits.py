@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sqlite3
 import subprocess
 import threading
@@ -231,5 +232,41 @@ def test_a_change_waiting_for_a_lock_holds_up_no_other_request(
             ("deleted", "/w/new.md"),
             ("modified", "/w/b.md"),
         ], made
+    finally:
+        holder.close()
+
+
+@pytest.mark.mounted
+def test_a_mount_told_to_stop_while_a_change_waits_makes_it_and_stops(
+    service: MemoryService, db_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM while a save waits for the lock (its spare task serving the mount): the save
+    is made once the lock is free, its close returns 0, and the daemon unmounts and exits."""
+    store = service.create_store("Stops").id
+    session = service.create_session([{"memory_store_id": store}])
+    holder = Holder(db_url, store)
+    try:
+        with mounted(db_url, session.id, tmp_path / "mnt") as daemon:
+            root = daemon.root / "stops"
+            holder.hold()
+            closed: list[str] = []
+
+            def save() -> None:
+                (root / "late.md").write_text("saved late\n")
+                closed.append("ok")
+
+            saving = threading.Thread(target=save)
+            saving.start()
+            time.sleep(0.3)
+            assert saving.is_alive()
+            assert os.listdir(root) == ["late.md"]  # served meanwhile: a spare task reads
+            daemon.process.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            assert daemon.process.poll() is None  # the save is not given up
+            holder.release()
+            saving.join(30)
+            assert closed == ["ok"]
+            assert daemon.process.wait(timeout=30) == 0
+        assert service.find_memory(store, "/late.md").content == "saved late\n"
     finally:
         holder.close()
