@@ -120,9 +120,10 @@ ERROR_TYPES: tuple[type[MnemofsError], ...] = (
 
 
 class WriteWouldWait(Exception):
-    """A write transaction of a thread that must not wait (``write_at_once``) found SQLite's
-    write lock, or its process's turn to write, taken; it did nothing. Not a refusal (no
-    ``MnemofsError``): the caller makes its call again a little later (``Patience``)."""
+    """A write transaction of a thread that must not wait (``write_at_once``) found a lock it
+    needs taken (SQLite's write lock or its process's turn to write; a PostgreSQL row's); it
+    did nothing. Not a refusal (no ``MnemofsError``): the caller makes its call again a
+    little later (``Patience``)."""
 
 
 class Patience:

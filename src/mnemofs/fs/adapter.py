@@ -2,8 +2,9 @@
 
 It translates only: names from bytes, nodes to ``EntryAttributes``, domain errors to
 ``FUSEError`` (``errno_for``). Unexpected faults are logged once and become ``EIO``. And a
-change whose write finds SQLite's lock taken by another process is made again after a pause
-in which the mount serves its other requests (``Adapter._change``).
+change whose write finds a lock taken by another process (SQLite's; on PostgreSQL a store's
+row) is made again after a pause in which the mount serves its other requests
+(``Adapter._change``).
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ adapter). The store owns every rule about memories; this module decides *when* t
 Concurrency contract: ``MemoryFs`` is used from the trio thread only, one request at a time
 between awaits; no method awaits, so each runs atomically with respect to the others. Store
 calls block that thread (a local SQLite commit is ~100 µs, cheaper than a thread hop), with
-one exception: a change whose first write finds SQLite's lock held by another process gets
-``WriteWouldWait`` and is made again after a pause in which other requests are served
-(``Adapter._change``). So a change must leave the tree exactly as it was until its first
-store write (a method that changes something before it puts it back on ``WriteWouldWait``).
+one exception: a change whose first write finds a lock held by another process (SQLite's; on
+PostgreSQL a store's row) gets ``WriteWouldWait`` and is made again after a pause in which
+other requests are served (``Adapter._change``). So a change must leave the tree exactly as
+it was until its first store write (a method that changes something before it puts it back
+on ``WriteWouldWait``).
 
 How files become versions
 - A file's bytes live in one ``OpenFile`` buffer shared by every descriptor on it, so reads

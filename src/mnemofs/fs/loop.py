@@ -20,9 +20,10 @@ sleep in between wakes up on a cold CPU (on this machine's VM a wake-up costs mo
 occasional ``cat``) nothing spins, so an idle or lightly used mount burns no CPU.
 
 A mount runs one worker task, and its handlers never wait, with one exception: a change whose
-write finds SQLite's lock taken by another process (a CLI's import of a whole store, a server's
-write) pauses and tries again (``adapter.Adapter._change``) rather than block the thread and,
-with it, every request of the mount. Before each pause it calls ``aside``: another task reads
+write finds a lock taken by another process (SQLite's, held by a CLI's import of a whole
+store; on PostgreSQL a store's row, held by its restore) pauses and tries again
+(``adapter.Adapter._change``) rather than block the thread and, with it, every request of
+the mount. Before each pause it calls ``aside``: another task reads
 and serves the requests meanwhile, a parked one or a new one (``pyfuse3._session_loop`` in the
 mount's nursery, at most ``MAX_SPARES`` in all). Only one task at a time waits for the fd
 (``_Turns.reader``): the others park until a pause wants one of them, or the session ends.

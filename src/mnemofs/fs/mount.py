@@ -329,7 +329,7 @@ async def _serve(fs: MemoryFs, service: Backend, early: list[int], rest: Rest) -
         nursery.start_soon(_checkpoint, service, rest)
         # One worker: no handler awaits (every call is a short synchronous step, see
         # fs/core.py), so more workers only add task switches to every request; but a change
-        # that pauses for SQLite's lock has a spare task serve the others (fs/loop.py).
+        # that pauses for another process's lock has a spare task serve the others (loop.py).
         loop.serve_spares(nursery)
         await pyfuse3.main(min_tasks=1, max_tasks=1)
         nursery.cancel_scope.cancel()

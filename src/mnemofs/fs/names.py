@@ -140,8 +140,9 @@ class NamesMixin(FilesMixin):
                 try:
                     self.save(node, undo=False)
                 except (MnemofsError, FsError, WriteWouldWait):
-                    # The rename fails, and the file stays what it was, where the kernel
-                    # still has it: a temporary file under its own name, every byte kept.
+                    # The rename fails (or, on WriteWouldWait, is made again), and the file
+                    # stays what it was, where the kernel still has it: a temporary file
+                    # under its own name, every byte kept.
                     node.temporary = True
                     self._move(node, *was)
                     raise
