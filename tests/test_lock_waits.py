@@ -260,6 +260,8 @@ def test_a_mount_told_to_stop_while_a_change_waits_makes_it_and_stops(
             time.sleep(0.3)
             assert saving.is_alive()
             assert os.listdir(root) == ["late.md"]  # served meanwhile: a spare task reads
+            assert holder.holding  # (answered while the lock was held, not once it was free)
+            assert saving.is_alive()
             daemon.process.send_signal(signal.SIGTERM)
             time.sleep(0.3)
             assert daemon.process.poll() is None  # the save is not given up

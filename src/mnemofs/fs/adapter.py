@@ -98,10 +98,12 @@ class Adapter(pyfuse3.Operations):
         """``call``, a change that may write to the store, made without the mount's thread
         waiting for SQLite's lock: while another process holds it (a CLI's import of a whole
         store, a server's or another mount's write), the call's first write raises
-        ``WriteWouldWait`` having done nothing (the tree as it was too: fs/files.py), and the
-        call is made again after a pause in which another task serves the mount's other
-        requests (``loop.aside``), as long as SQLite's busy timeout would have waited. On
-        PostgreSQL the same for a row lock held by another transaction (a store's restore)."""
+        ``WriteWouldWait`` having done nothing (the tree as it was too: fs/core.py's
+        contract), and the call is made again after a pause in which another task serves the
+        mount's other requests (``loop.aside``), as long as SQLite's busy timeout would have
+        waited. On PostgreSQL the same for a row lock held by another transaction (a store's
+        restore). (The server's ``runner.Inline`` makes its calls again the same way, on
+        asyncio, with no spare task to start: its loop serves the others by itself.)"""
         service = self.fs.service
         patience: errors.Patience | None = None
         while True:
