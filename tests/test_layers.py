@@ -37,7 +37,7 @@ def test_arrows_point_one_way() -> None:
             ), path
         if where[0] == "fs":
             assert not any(n.startswith(("mnemofs.cli", "mnemofs.sync")) for n in names), path
-        if where[0] == "fs" or path.name in ("sync.py", "remote.py", "backend.py"):
+        if where[0] == "fs" or path.name in ("sync.py", "remote.py", "remotewire.py", "backend.py"):
             # a mount and a sync worker reach memories only through backend.Backend
             assert not any(n.startswith("mnemofs.store") for n in names), path
         web = ("fastapi", "starlette", "uvicorn", "pydantic")

@@ -33,21 +33,18 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from mnemofs import errors
+from mnemofs import remotewire as wire
 from mnemofs.connections import Connection, HttpsConnection, PlainConnection
 from mnemofs.content import Content
 from mnemofs.models import (
-    Actor,
-    Attachment,
     Change,
     HistoryEntry,
     Memory,
     MemoryId,
     MemoryPrefix,
-    MemoryStore,
     MemoryVersion,
     PathHistory,
     Session,
-    SessionId,
     StoreId,
     StoreSnapshot,
     StoreState,
@@ -197,7 +194,7 @@ class RemoteBackend:
     # -- what there is -------------------------------------------------------------------------
     def own_session(self) -> Session:
         """The token's session."""
-        self._session = _session(self._call("GET", f"{_PREFIX}/session"))
+        self._session = wire.session(self._call("GET", f"{_PREFIX}/session"))
         return self._session
 
     def get_session(self, session_id: str) -> Session:
@@ -209,9 +206,9 @@ class RemoteBackend:
     def snapshot(self, store_id: str) -> StoreSnapshot:
         data = self._call("GET", f"{self._store(store_id)}/snapshot")
         return StoreSnapshot(
-            store=_store_of(data["store"]),
+            store=wire.store_of(data["store"]),
             revision=int(data["revision"]),
-            memories=tuple(_memory(m) for m in data["memories"]),
+            memories=tuple(wire.memory(m) for m in data["memories"]),
             directories=tuple(data["directories"]),
             last_seq=int(data["last_seq"]),
         )
@@ -220,7 +217,7 @@ class RemoteBackend:
         if not store_ids:
             return {}
         data = self._call("GET", f"{_PREFIX}/store_states", query={"store_ids": store_ids})
-        return {StoreId(sid): _state(sid, st) for sid, st in data.items()}
+        return {StoreId(sid): wire.state(sid, st) for sid, st in data.items()}
 
     def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
         """Up to ``limit`` changes after ``after_seq``, fetched ``CHANGES_PAGE`` at a time."""
@@ -229,7 +226,7 @@ class RemoteBackend:
             ask = min(CHANGES_PAGE, limit - len(out))
             query = {"after": out[-1].seq if out else after_seq, "limit": ask}
             data = self._call("GET", f"{self._store(store_id)}/changes", query=query)
-            out += [Change(int(c["seq"]), _version(c["version"])) for c in data["data"]]
+            out += [Change(int(c["seq"]), wire.version(c["version"])) for c in data["data"]]
             if len(data["data"]) < ask:
                 break
         return out
@@ -256,11 +253,13 @@ class RemoteBackend:
 
     def get_version(self, store_id: str, version_id: str) -> MemoryVersion:
         path = f"/v1/memory_stores/{quote(store_id, safe='')}/memory_versions/"
-        return _version(self._call("GET", path + quote(version_id, safe="")))
+        return wire.version(self._call("GET", path + quote(version_id, safe="")))
 
     def get_memory(self, store_id: str, memory_id: str, *, count_access: bool = True) -> Memory:
         path = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}"
-        return _memory(self._call("GET", path, query={"count_access": str(count_access).lower()}))
+        return wire.memory(
+            self._call("GET", path, query={"count_access": str(count_access).lower()})
+        )
 
     def get_memories(self, store_id: str, memory_ids: Sequence[str]) -> dict[MemoryId, Memory]:
         wanted = list(dict.fromkeys(memory_ids))
@@ -268,12 +267,12 @@ class RemoteBackend:
         for start in range(0, len(wanted), FETCH_IDS):
             body = {"memory_ids": wanted[start : start + FETCH_IDS]}
             data = self._call("POST", f"{self._store(store_id)}/fetch", body, read=True)
-            found.update((m.id, m) for m in map(_memory, data["data"]))
+            found.update((m.id, m) for m in map(wire.memory, data["data"]))
         return found
 
     def find_memory(self, store_id: str, path: str, *, count_access: bool = True) -> Memory:
         query = {"path": path, "count_access": str(count_access).lower()}
-        return _memory(self._call("GET", f"{self._store(store_id)}/memory_at", query=query))
+        return wire.memory(self._call("GET", f"{self._store(store_id)}/memory_at", query=query))
 
     def note_access(self, store_id: str, memory_id: str) -> None:
         with self._lock:
@@ -301,7 +300,7 @@ class RemoteBackend:
         body = {"path": path, "content": text, "memory_id": memory_id}
         data = self._call("POST", f"{self._store(store_id)}/saves", body)
         # The server does not send back what it was sent: the memory holds it now.
-        return replace(_memory(data["memory"]), content=text), bool(data["created"])
+        return replace(wire.memory(data["memory"]), content=text), bool(data["created"])
 
     def rename_over(
         self,
@@ -313,7 +312,7 @@ class RemoteBackend:
         fold: bool = False,
     ) -> Memory:
         body = {"source_id": source_id, "target_id": target_id, "fold": fold}
-        return _memory(self._call("POST", f"{self._store(store_id)}/rename_over", body))
+        return wire.memory(self._call("POST", f"{self._store(store_id)}/rename_over", body))
 
     def take_back(
         self,
@@ -338,7 +337,7 @@ class RemoteBackend:
             "fold": fold,
         }
         data = self._call("POST", f"{self._store(store_id)}/take_back", body)
-        return _memory(data["memory"]), _memory(data["backup"])
+        return wire.memory(data["memory"]), wire.memory(data["backup"])
 
     def move_directory(self, store_id: str, old: str, new: str, *, actor: str | None = None) -> int:
         body = {"old": old, "new": new}
@@ -358,9 +357,9 @@ class RemoteBackend:
         text = content.text if isinstance(content, Content) else content
         body: dict[str, Any] = {"content": text, "path": path, "keep_directory": keep_directory}
         if precondition is not None:
-            body["precondition"] = _precondition(precondition)
+            body["precondition"] = wire.precondition(precondition)
         target = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}/update"
-        return _memory(self._call("POST", target, body))
+        return wire.memory(self._call("POST", target, body))
 
     def delete_memory(
         self,
@@ -373,7 +372,7 @@ class RemoteBackend:
         archived_ok: bool = False,
     ) -> MemoryVersion:
         target = f"{self._store(store_id)}/memories/{quote(memory_id, safe='')}/delete"
-        return _version(self._call("POST", target, {"keep_directory": keep_directory}))
+        return wire.version(self._call("POST", target, {"keep_directory": keep_directory}))
 
     def make_directory(self, store_id: str, path: str) -> MemoryPrefix:
         data = self._call("POST", f"{self._store(store_id)}/directories", {"path": path})
@@ -509,92 +508,3 @@ class ChangeStream:
         self._stop.set()
         os.close(self._read)
         os.close(self._write)
-
-
-# -- wire objects into models ----------------------------------------------------------------
-
-
-def _precondition(given: dict[str, str] | str) -> dict[str, str]:
-    """The wire's precondition object (API.md) for a content hash, or that object itself."""
-    return {"type": "content_sha256", "content_sha256": given} if isinstance(given, str) else given
-
-
-def _memory(data: dict[str, Any]) -> Memory:
-    return Memory(
-        id=MemoryId(data["id"]),
-        memory_store_id=StoreId(data["memory_store_id"]),
-        path=data["path"],
-        content_sha256=data["content_sha256"],
-        content_size_bytes=int(data["content_size_bytes"]),
-        memory_version_id=VersionId(data["memory_version_id"]),
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
-        content=data.get("content"),
-    )
-
-
-def _version(data: dict[str, Any]) -> MemoryVersion:
-    return MemoryVersion(
-        id=VersionId(data["id"]),
-        memory_store_id=StoreId(data["memory_store_id"]),
-        memory_id=MemoryId(data["memory_id"]),
-        operation=data["operation"],
-        path=data.get("path"),
-        content_sha256=data.get("content_sha256"),
-        content_size_bytes=data.get("content_size_bytes"),
-        created_at=data["created_at"],
-        created_by=Actor.from_dict(data.get("created_by")),
-        redacted_at=data.get("redacted_at"),
-        redacted_by=Actor.from_dict(data.get("redacted_by")),
-        content=data.get("content"),
-    )
-
-
-def _store_of(data: dict[str, Any]) -> MemoryStore:
-    return MemoryStore(
-        id=StoreId(data["id"]),
-        name=data["name"],
-        description=data["description"],
-        metadata=dict(data.get("metadata") or {}),
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
-        archived_at=data.get("archived_at"),
-        memory_count=int(data.get("memory_count", 0)),
-        kind=data.get("kind", "memory"),
-        owner=data.get("owner", ""),
-        on_full=data.get("on_full", "refuse"),
-        secrets=data.get("secrets", "refuse"),
-        max_memories=data.get("max_memories"),
-        max_content_bytes=data.get("max_content_bytes"),
-        pool_id=data.get("pool_id"),
-    )
-
-
-def _state(store_id: str, data: dict[str, Any]) -> StoreState:
-    return StoreState(
-        StoreId(store_id), int(data["revision"]), data.get("archived_at"), int(data["memory_count"])
-    )
-
-
-def _session(data: dict[str, Any]) -> Session:
-    resources = tuple(
-        Attachment(
-            memory_store_id=StoreId(r["memory_store_id"]),
-            access=r["access"],
-            instructions=r.get("instructions") or "",
-            name=r["name"],
-            description=r.get("description") or "",
-            mount_path=r["mount_path"],
-            kind=r.get("kind", "memory"),
-            on_full=r.get("on_full", "refuse"),
-        )
-        for r in data["resources"]
-    )
-    return Session(
-        id=SessionId(data["id"]),
-        created_at=data["created_at"],
-        ended_at=data.get("ended_at"),
-        mount_root=data.get("mount_root", "/mnt/memory"),
-        resources=resources,
-        user_id=data.get("user_id", ""),
-    )
