@@ -1,7 +1,8 @@
 """A write that finds a lock taken by another process or transaction (SQLite's write lock; on
 PostgreSQL a store's row) is made again after a pause, and whoever made it serves others
-meanwhile: the server's loop (test_http_bounds.py), a mount's thread (here). After
-``Patience.LOCKED_S`` its last try is refused by the store, nothing changed."""
+meanwhile: the server's loop (test_http_bounds.py), a mount's thread (here), a remote mount's
+through its server (here). After ``Patience.LOCKED_S`` its last try is refused by the store,
+nothing changed."""
 
 from __future__ import annotations
 
@@ -23,12 +24,17 @@ from mnemofs.errors import Patience, WriteWouldWait
 from mnemofs.fs.access import Owner
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import ROOT_INO, MemoryFs
+from mnemofs.remote import RemoteBackend
 from mnemofs.store import MemoryService, make_engine
 
-from .mounted import mounted, wait_for
+from .mounted import mounted, token_for, wait_for
+from .served import serving
 from .test_adapter import OWNER, Ctx, code
 
 HOLD_S = 5.0  # how long a test's other writer holds the lock at most
+# A mount on the database, and one through the server (conftest.py's ``mount_via``): there a
+# change made at once is the server's (errors.WRITE_AT_ONCE_HEADER), the pause the mount's.
+BOTH_WAYS = pytest.mark.parametrize("mount_via", ["local", "remote"], indirect=True)
 
 
 class Holder:
@@ -141,6 +147,46 @@ async def test_a_save_locked_out_too_long_fails_and_puts_the_file_back(
         holder.close()
 
 
+def test_a_remote_change_made_at_once_comes_back_rather_than_wait(
+    service: MemoryService, db_url: str, tmp_path: Path
+) -> None:
+    """A remote mount's change made at once (its request says so: ``WRITE_AT_ONCE_HEADER``)
+    is made once by the server with its first write at once: a lock taken comes back as
+    ``WriteWouldWait``, nothing done, and the backend is not taken for down; its last try is
+    ``Unavailable``. Only the first change request asks; one that does not waits at the server
+    for the lock, as ever."""
+    store = service.create_store("Far").id
+    session = service.create_session([{"memory_store_id": store}])
+    holder = Holder(db_url, store)
+    try:
+        with serving(db_url, tmp_path / "server.log") as server:
+            backend = RemoteBackend(server.url, token_for(db_url, session.id))
+            holder.hold()
+            backend.write_at_once()
+            with pytest.raises(WriteWouldWait):
+                backend.save_file(store, "/a.md", "not now\n")
+            backend.write_at_once(last=True)
+            with pytest.raises(errors.Unavailable, match="locked by another writer"):
+                backend.save_file(store, "/a.md", "not now\n")
+            assert backend.unavailable is None  # answered, not lost
+            assert service.list_memories(store).data == []
+            holder.release()
+            backend.write_at_once()
+            backend.make_directory(store, "/d")  # the lock free: made, and the ask used up
+            holder.hold()
+            threading.Timer(0.3, holder.release).start()
+            backend.save_file(store, "/a.md", "waited\n")  # it waits, as ever
+            assert not holder.holding
+            backend.write_at_once()
+            backend.write_at_once(False)  # a call that sent nothing
+            holder.hold()
+            threading.Timer(0.3, holder.release).start()
+            backend.save_file(store, "/a.md", "waited too\n")
+            assert service.find_memory(store, "/a.md").content == "waited too\n"
+    finally:
+        holder.close()
+
+
 def _read_a_little(root: Path) -> list[str]:
     """Requests that reach the daemon whatever the kernel keeps: an open, a listing, a
     temporary file made and gone (a change that writes nothing to the store)."""
@@ -153,6 +199,7 @@ def _read_a_little(root: Path) -> list[str]:
 
 
 @pytest.mark.mounted
+@BOTH_WAYS
 def test_a_change_waiting_for_a_lock_holds_up_no_other_request(
     service: MemoryService, db_url: str, tmp_path: Path
 ) -> None:
@@ -237,6 +284,7 @@ def test_a_change_waiting_for_a_lock_holds_up_no_other_request(
 
 
 @pytest.mark.mounted
+@BOTH_WAYS
 def test_a_mount_told_to_stop_while_a_change_waits_makes_it_and_stops(
     service: MemoryService, db_url: str, tmp_path: Path
 ) -> None:

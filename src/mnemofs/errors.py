@@ -126,6 +126,12 @@ class WriteWouldWait(Exception):
     little later (``Patience``)."""
 
 
+# How a remote mount asks the server for ``write_at_once`` (a change's request only): this
+# header, "1", or "last" for ``last=True``. A server's ``WriteWouldWait`` then comes back as a
+# 503 whose ``error.mnemofs_error`` is "WriteWouldWait", and the mount asks again itself.
+WRITE_AT_ONCE_HEADER = "mnemofs-write-at-once"
+
+
 class Patience:
     """How a caller of ``write_at_once`` (a server's event loop, a mount's) waits for a lock
     while it serves others, from the first ``WriteWouldWait``: ``pause`` says how long before

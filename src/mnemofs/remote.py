@@ -13,7 +13,8 @@ carries no HTTP package for it.
   reaches the server again, calls fail at once. A save whose answer was lost is never reported
   as done. A 401 (token revoked, session ended) raises ``AccessRevoked`` from then on.
 - **Errors** come back as the store raised them (``error.mnemofs_error``), so a remote mount
-  gives the errno a local one would.
+  gives the errno a local one would; ``WriteWouldWait`` too, for a change the mount asked to
+  be made at once (``write_at_once``), so it pauses serving its other requests, as a local one.
 - **Changes made elsewhere**: a thread long-polls ``/mnemofs/v1/changes/wait`` and wakes the
   watcher through a pipe (``listen_for_changes``).
 """
@@ -136,6 +137,10 @@ class RemoteBackend:
         if query:
             target += "?" + urlencode(query, doseq=True)
         headers = dict(self._auth)
+        at_once = getattr(self._local, "at_once", None)
+        if at_once is not None and method != "GET" and not read:
+            self._local.at_once = None  # the first change only, as the store's own
+            headers[errors.WRITE_AT_ONCE_HEADER] = at_once
         data = None
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode()
@@ -164,7 +169,7 @@ class RemoteBackend:
             raise self._refusal(status, payload)
         return json.loads(payload) if payload else None
 
-    def _refusal(self, status: int, payload: bytes) -> errors.MnemofsError:
+    def _refusal(self, status: int, payload: bytes) -> Exception:
         try:
             error = json.loads(payload)["error"]
             message, kind = str(error["message"]), error.get("mnemofs_error")
@@ -174,6 +179,8 @@ class RemoteBackend:
             self._revoked = f"the server refused the token: {message}"
             log.error("%s; every request through this mount now fails (EACCES)", self._revoked)
             return errors.AccessRevoked(self._revoked)
+        if kind == "WriteWouldWait" and status == 503:
+            return errors.WriteWouldWait(message)
         cls = _ERROR_CLASSES.get(kind or "")
         if cls is not None:
             return cls(message)
@@ -412,7 +419,13 @@ class RemoteBackend:
         return self._accessed_since + ACCESS_FLUSH_S - time.monotonic()
 
     def defer_checkpoints(self) -> None: ...
-    def write_at_once(self, on: bool = True, *, last: bool = False) -> None: ...  # server-side
+
+    def write_at_once(self, on: bool = True, *, last: bool = False) -> None:
+        """This thread's next change request asks the server to make its first write at once
+        (``errors.WRITE_AT_ONCE_HEADER``): a lock taken there comes back ``WriteWouldWait``,
+        nothing done, and the mount serves its other requests while it pauses, rather than
+        waiting in the request for the lock (an import of a whole store, a restore)."""
+        self._local.at_once = ("last" if last else "1") if on else None
 
     def defer_reconnects(self) -> None:
         self._fail_fast = True

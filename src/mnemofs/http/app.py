@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from mnemofs import limits
-from mnemofs.errors import MnemofsError, Unavailable
+from mnemofs.errors import MnemofsError, Unavailable, WriteWouldWait
 from mnemofs.http import memories, mounts, pools, sessions, stores, transfer
 from mnemofs.http.access import authenticate
 from mnemofs.http.bell import Bell
@@ -175,6 +175,14 @@ async def _on_domain(request: Request, exc: Exception) -> Response:
     return error_reply(status, type_, exc.message, _request_id(request), kind=type(exc).__name__)
 
 
+async def _on_would_wait(request: Request, exc: Exception) -> Response:
+    """A remote mount's change made at once found a lock taken: it asks again itself."""
+    message = "a lock this change needs is taken; nothing was changed: ask again"
+    return error_reply(
+        503, "overloaded_error", message, _request_id(request), kind="WriteWouldWait"
+    )
+
+
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
     return error_reply(exc.status, exc.type, exc.message, _request_id(request))
@@ -260,6 +268,7 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
         # mount, then memories; each route tried before the right one costs ~3 µs.
         app.router.routes.extend(module.router.routes)
     app.add_exception_handler(MnemofsError, _on_domain)
+    app.add_exception_handler(WriteWouldWait, _on_would_wait)
     app.add_exception_handler(HttpError, _on_http)
     app.add_exception_handler(RequestValidationError, _on_invalid)
     app.add_exception_handler(StarletteHTTPException, _on_route)

@@ -11,7 +11,9 @@ inline call's first write does not wait (``MemoryService.write_at_once``): if th
 taken it raises ``WriteWouldWait`` having done nothing, and the call is made again after a
 pause on the loop (``errors.Patience``: 1 ms doubling, as SQLite's own busy handler sleeps),
 while everyone else is served; after 30 s it is refused ``Unavailable`` (503, retried by
-clients), which is what the busy timeout came to. (A thread of its own for
+clients), which is what the busy timeout came to. A remote mount pauses and asks again
+itself (it has its own requests to serve meanwhile): its change's request says so
+(``errors.WRITE_AT_ONCE_HEADER``), and the call is made once (``once``). (A thread of its own for
 such calls made a convoy: under eight clients every write after the first that waited went
 there too, each with a thread's hop, while the loop sat idle.)
 
@@ -73,6 +75,18 @@ class Inline:
             if self._called is not None:
                 self._called.set()
 
+    async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` made once, its first write at once (``last``: its last try): a remote
+        mount's change (``errors.WRITE_AT_ONCE_HEADER``), which pauses and asks again itself
+        while its own thread serves its other requests. ``WriteWouldWait`` goes back to it."""
+        self._service.write_at_once(last=last)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._service.write_at_once(False)
+            if self._called is not None:
+                self._called.set()
+
     async def keep(self) -> None:
         """The upkeep (module docstring), from the event loop until cancelled."""
         service = self._service
@@ -112,6 +126,19 @@ class Threaded:
     async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         call = functools.partial(fn, *args, **kwargs)
         return await asyncio.wrap_future(self._pool.submit(call))
+
+    async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` made once, its first write at once (see ``Inline.once``), on a thread."""
+        service = self._service
+
+        def made() -> Any:
+            service.write_at_once(last=last)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                service.write_at_once(False)
+
+        return await asyncio.wrap_future(self._pool.submit(made))
 
     async def keep(self) -> None:
         """Only the secrets screen, loaded now (``warm_up``); the service's own thread catches

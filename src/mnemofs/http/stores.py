@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from mnemofs import limits
+from mnemofs.errors import WRITE_AT_ONCE_HEADER
 from mnemofs.http.access import admin_only, attachment, caller_of
 from mnemofs.http.bodies import StoreCreate, StoreUpdate
 from mnemofs.http.wire import Runner, reply
@@ -29,6 +30,10 @@ def service(request: Request) -> MemoryService:
 async def run(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call the store the way this backend wants (``runner.store_runner``)."""
     runner: Runner = request.app.state.run
+    at_once = request.headers.get(WRITE_AT_ONCE_HEADER)
+    if at_once is not None:  # a remote mount's change, which asks again itself
+        made: T = await runner.once(at_once == "last", fn, *args, **kwargs)
+        return made
     result: T = await runner(fn, *args, **kwargs)
     return result
 

@@ -9,8 +9,8 @@ succeeded the first time as a conflict.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from starlette.responses import Response
 
@@ -18,8 +18,16 @@ from mnemofs import errors
 
 JSON = "application/json"
 
-Runner = Callable[..., Awaitable[Any]]
-"""How a handler calls the store: ``await runner(fn, *args, **kwargs)``."""
+
+class Runner(Protocol):
+    """How a handler calls the store (``runner.store_runner``)."""
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, waiting as long as a lock it needs is taken."""
+
+    async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` made once with its first write at once: ``WriteWouldWait`` if it would
+        wait for a lock (``last``: ``Unavailable``), for a caller that asks again itself."""
 
 
 class HttpError(Exception):
