@@ -370,3 +370,47 @@ def test_a_write_locked_out_too_long_is_refused_and_changes_nothing(
         inline.close()
         with guard:
             other.close()
+
+
+def test_an_erasure_waiting_for_readers_holds_up_nobody_else(admin: Admin, tmp_path: Path) -> None:
+    """After a redaction (or a prune, or a store's deletion) the WAL is emptied, its older
+    frames holding what was erased, and that waits for readers to leave it, up to 10 s: an
+    export, a backup, another process's long read. On SQLite the server waited on its event
+    loop, and every request of every client with it. Now the erasure is made on the upkeep's
+    thread: the others are answered meanwhile, and it returns once the WAL is empty."""
+    service, store, key = admin.service, admin.store, admin.key
+    leaked = "password-ish text that must go\n"
+    memory = service.create_memory(store, "/leak.md", leaked)
+    service.update_memory(store, memory.id, content="clean\n")
+    auth = {"authorization": f"Bearer {key}"}
+    answers: list[int] = []
+    with serving(admin.url, tmp_path / "server.log") as server:
+        redact = (
+            f"{server.url}/v1/memory_stores/{store}/memory_versions/"
+            f"{memory.memory_version_id}/redact"
+        )
+
+        def erase() -> None:
+            request = urllib.request.Request(redact, b"", auth, method="POST")
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                answers.append(answer.status)
+
+        reader = sqlite3.connect(admin.db, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memories").fetchone()  # a read, under way
+        try:
+            erasing = threading.Thread(target=erase)
+            erasing.start()
+            time.sleep(1)  # the redaction is made and its WAL waits for the reader
+            with urllib.request.urlopen(f"{server.url}/health", timeout=15) as answer:
+                assert answer.status == 200
+            assert reader.in_transaction  # answered while the erasure waited
+            assert erasing.is_alive()
+            assert answers == []
+        finally:
+            reader.execute("COMMIT")
+            reader.close()
+        erasing.join(timeout=60)
+        assert answers == [200]
+        assert leaked.encode() not in Path(f"{admin.db}-wal").read_bytes()
+    assert service.get_version(store, memory.memory_version_id).content is None

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from mnemofs import limits
 from mnemofs.http.access import admin_only, attachment, caller_of
 from mnemofs.http.bodies import MemoryCreate, MemoryUpdate
-from mnemofs.http.stores import Limit, run, service
+from mnemofs.http.stores import Limit, run, run_erasure, service
 from mnemofs.http.wire import reply
 from mnemofs.models import Deleted, Operation, View
 
@@ -171,4 +171,5 @@ async def redact_version(request: Request, store_id: str, version_id: str) -> Re
     caller = caller_of(request)
     s = service(request)
     admin_only(caller, "redact a version")
-    return reply(await run(request, s.redact_version, store_id, version_id, actor=caller.actor))
+    erased = await run_erasure(request, s.redact_version, store_id, version_id, actor=caller.actor)
+    return reply(erased)

@@ -20,7 +20,9 @@ there too, each with a thread's hop, while the loop sat idle.)
 Nor does a commit on the loop copy the WAL back into the database: like a mount, the server
 defers its checkpoints (``MemoryService.defer_checkpoints``), and its upkeep (``Inline.keep``)
 makes them on a thread of its own, with the search index's catch-up and the reads noted:
-a look every ``CHECKPOINT_LOOK_S`` while requests come, none while the server is idle.
+a look every ``CHECKPOINT_LOOK_S`` while requests come, none while the server is idle. An
+erasure, which empties the WAL once made and waits for its readers to let it, is made on that
+thread too (``erasing``).
 
 On PostgreSQL, each call runs on a worker thread (every thread its own connection),
 ``mnemofs serve --connections`` at a time, so a network round trip never stalls the loop.
@@ -87,6 +89,18 @@ class Inline:
             if self._called is not None:
                 self._called.set()
 
+    async def erasing(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn``, an erasure (a redaction, a store's deletion), on the upkeep's thread: once
+        made it empties the WAL, waiting up to ``ERASE_WAIT_S`` (10 s) for readers to leave it
+        (an export, a backup, another process's long read), which on the loop held up every
+        request. Its write waits for the lock there too, as patiently as a mount's would."""
+        try:
+            call = functools.partial(fn, *args, **kwargs)
+            return await asyncio.wrap_future(self._upkeep.submit(call))
+        finally:
+            if self._called is not None:
+                self._called.set()
+
     async def keep(self) -> None:
         """The upkeep (module docstring), from the event loop until cancelled."""
         service = self._service
@@ -139,6 +153,10 @@ class Threaded:
                 service.write_at_once(False)
 
         return await asyncio.wrap_future(self._pool.submit(made))
+
+    async def erasing(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """As any call: PostgreSQL keeps no WAL of rows for an erasure to empty."""
+        return await self(fn, *args, **kwargs)
 
     async def keep(self) -> None:
         """Only the secrets screen, loaded now (``warm_up``); the service's own thread catches

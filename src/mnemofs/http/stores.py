@@ -38,6 +38,13 @@ async def run(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any)
     return result
 
 
+async def run_erasure(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call the store for an erasure (``Runner.erasing``): off the loop on SQLite."""
+    runner: Runner = request.app.state.run
+    result: T = await runner.erasing(fn, *args, **kwargs)
+    return result
+
+
 @router.post("", summary="Create a memory store")
 async def create_store(request: Request, body: StoreCreate) -> Response:
     caller = caller_of(request)
@@ -126,5 +133,5 @@ async def delete_store(request: Request, store_id: str) -> Response:
     caller = caller_of(request)
     s = service(request)
     admin_only(caller, "delete a memory store")
-    await run(request, s.delete_store, store_id)
+    await run_erasure(request, s.delete_store, store_id)
     return reply(Deleted(store_id, "memory_store_deleted"))

@@ -29,6 +29,9 @@ class Runner(Protocol):
         """``fn`` made once with its first write at once: ``WriteWouldWait`` if it would
         wait for a lock (``last``: ``Unavailable``), for a caller that asks again itself."""
 
+    async def erasing(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn``, a call that erases (and may wait for readers after), off the loop."""
+
 
 class HttpError(Exception):
     """A refusal only the HTTP face makes (credentials, permissions, routes, body size)."""
