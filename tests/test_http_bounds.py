@@ -295,6 +295,18 @@ def test_a_client_still_sending_reads_its_refusal(admin: Admin, tmp_path: Path) 
     assert list(service.list_memories(store, limit=10)) == []
 
 
+def _waiting_while_others_are_answered(call: Callable[[], object], url: str) -> threading.Thread:
+    """``call`` on a thread of its own, given a second to reach the server at ``url`` and wait
+    there; meanwhile ``/health`` is answered, and ``call`` still waits."""
+    waiting = threading.Thread(target=call)
+    waiting.start()
+    time.sleep(1)
+    with urllib.request.urlopen(f"{url}/health", timeout=15) as answer:
+        assert answer.status == 200
+    assert waiting.is_alive()
+    return waiting
+
+
 def test_a_write_waiting_for_the_lock_holds_up_nobody_else(admin: Admin, tmp_path: Path) -> None:
     """On SQLite the server calls the store on its event loop. A save that had to wait for the
     database's lock (another process writing: a mount, a CLI's import) waited there, and every
@@ -317,12 +329,8 @@ def test_a_write_waiting_for_the_lock_holds_up_nobody_else(admin: Admin, tmp_pat
         other = sqlite3.connect(db, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # another process's write, under way
         try:
-            saving = threading.Thread(target=save)
-            saving.start()
-            time.sleep(1)  # the save has reached the server and waits for the lock
             # Well within the 30 s the save may wait: answered while the lock is still held.
-            with urllib.request.urlopen(f"{server.url}/health", timeout=15) as answer:
-                assert answer.status == 200
+            saving = _waiting_while_others_are_answered(save, server.url)
             read = urllib.request.Request(f"{memories}/{kept.id}", headers=auth)
             with urllib.request.urlopen(read, timeout=15) as answer:
                 assert json.loads(answer.read())["content"] == "read while the lock is held\n"
@@ -399,13 +407,8 @@ def test_an_erasure_waiting_for_readers_holds_up_nobody_else(admin: Admin, tmp_p
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM memories").fetchone()  # a read, under way
         try:
-            erasing = threading.Thread(target=erase)
-            erasing.start()
-            time.sleep(1)  # the redaction is made and its WAL waits for the reader
-            with urllib.request.urlopen(f"{server.url}/health", timeout=15) as answer:
-                assert answer.status == 200
-            assert reader.in_transaction  # answered while the erasure waited
-            assert erasing.is_alive()
+            erasing = _waiting_while_others_are_answered(erase, server.url)
+            assert reader.in_transaction  # answered while the erasure waited for it
             assert answers == []
         finally:
             reader.execute("COMMIT")

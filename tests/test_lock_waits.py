@@ -82,6 +82,17 @@ class Holder:
             self._conn.close()
 
 
+def _refused_at_once(writer: MemoryService | RemoteBackend, store: str) -> None:
+    """The lock held, a save at once (``writer.write_at_once``) raises ``WriteWouldWait``,
+    and its last try ``Unavailable``; neither changes anything (the caller looks)."""
+    writer.write_at_once()
+    with pytest.raises(WriteWouldWait):
+        writer.save_file(store, "/a.md", "not now\n")
+    writer.write_at_once(last=True)
+    with pytest.raises(errors.Unavailable, match="locked by another writer"):
+        writer.save_file(store, "/a.md", "not now\n")
+
+
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_write_at_once_on_postgres_does_nothing_rather_than_wait_for_a_row(
     service: MemoryService, db_url: str
@@ -94,12 +105,7 @@ def test_a_write_at_once_on_postgres_does_nothing_rather_than_wait_for_a_row(
     holder = Holder(db_url, store)
     try:
         holder.hold()
-        service.write_at_once()
-        with pytest.raises(WriteWouldWait):
-            service.create_memory(store, "/a.md", "not now\n")
-        service.write_at_once(last=True)
-        with pytest.raises(errors.Unavailable, match="locked by another writer"):
-            service.create_memory(store, "/a.md", "not now\n")
+        _refused_at_once(service, store)
         assert service.list_memories(store).data == []
         other = service.create_store("Other").id  # another store's row is free
         service.write_at_once()
@@ -162,12 +168,7 @@ def test_a_remote_change_made_at_once_comes_back_rather_than_wait(
         with serving(db_url, tmp_path / "server.log") as server:
             backend = RemoteBackend(server.url, token_for(db_url, session.id))
             holder.hold()
-            backend.write_at_once()
-            with pytest.raises(WriteWouldWait):
-                backend.save_file(store, "/a.md", "not now\n")
-            backend.write_at_once(last=True)
-            with pytest.raises(errors.Unavailable, match="locked by another writer"):
-                backend.save_file(store, "/a.md", "not now\n")
+            _refused_at_once(backend, store)
             assert backend.unavailable is None  # answered, not lost
             assert service.list_memories(store).data == []
             holder.release()
