@@ -7,12 +7,14 @@ nothing changed."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -186,6 +188,53 @@ def test_a_remote_change_made_at_once_comes_back_rather_than_wait(
             assert service.find_memory(store, "/a.md").content == "waited too\n"
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_writes_waiting_for_a_row_hold_up_no_other_request_of_the_server(
+    service: MemoryService, db_url: str, tmp_path: Path
+) -> None:
+    """On PostgreSQL a server calls the store on ``--connections`` threads. Writes to a store
+    whose row another transaction holds (its restore, its prune) each kept a thread while it
+    waited: as many of them as threads, and every other request of the server waited too, for
+    any store. Now a write that would wait gives its thread back, and is made again after a
+    pause: the others are answered meanwhile; each write is made once the row is free."""
+    busy = service.create_store("Busy").id
+    calm = service.create_store("Calm").id
+    kept = service.create_memory(calm, "/kept.md", "read meanwhile\n")
+    key = service.create_api_key("tests").key
+    auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    holder = Holder(db_url, busy)
+    answers: list[int] = []
+    try:
+        with serving(db_url, tmp_path / "server.log", args=("--connections", "2")) as server:
+            stores = f"{server.url}/v1/memory_stores"
+
+            def save(n: int) -> None:
+                body = json.dumps({"path": f"/w{n}.md", "content": f"waited {n}\n"}).encode()
+                request = urllib.request.Request(f"{stores}/{busy}/memories", body, auth)
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    answers.append(answer.status)
+
+            holder.hold()
+            saves = [threading.Thread(target=save, args=(n,)) for n in range(3)]
+            for thread in saves:
+                thread.start()
+            time.sleep(1)  # each has reached the server and waits for the row
+            read = urllib.request.Request(f"{stores}/{calm}/memories/{kept.id}", headers=auth)
+            with urllib.request.urlopen(read, timeout=15) as answer:
+                assert json.loads(answer.read())["content"] == "read meanwhile\n"
+            assert holder.holding  # answered while the writes waited
+            assert answers == []
+            assert all(t.is_alive() for t in saves)
+            holder.release()
+            for thread in saves:
+                thread.join(60)
+            assert answers == [200, 200, 200]
+    finally:
+        holder.close()
+    made = {m.path: m.content for m in service.list_memories(busy, view="full").data}
+    assert made == {f"/w{n}.md": f"waited {n}\n" for n in range(3)}
 
 
 def _read_a_little(root: Path) -> list[str]:

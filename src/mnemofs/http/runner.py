@@ -25,7 +25,9 @@ erasure, which empties the WAL once made and waits for its readers to let it, is
 thread too (``erasing``).
 
 On PostgreSQL, each call runs on a worker thread (every thread its own connection),
-``mnemofs serve --connections`` at a time, so a network round trip never stalls the loop.
+``mnemofs serve --connections`` at a time, so a network round trip never stalls the loop; a
+write that would wait for a store's row gives its thread back and is made again after a pause,
+as on SQLite (a row lock taken is a wait of more than ``AT_ONCE_LOCK_WAIT_MS``, 50 ms).
 """
 
 from __future__ import annotations
@@ -138,8 +140,17 @@ class Threaded:
         self._pool = ThreadPoolExecutor(connections, thread_name_prefix="mnemofs-db")
 
     async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        call = functools.partial(fn, *args, **kwargs)
-        return await asyncio.wrap_future(self._pool.submit(call))
+        """As ``Inline``'s: a call whose first write finds its store's row locked by another
+        transaction (a restore, a prune) gives its thread back and is made again after a
+        pause. Waiting on their threads, as many such writes as threads held up every other
+        request of the server, for any store."""
+        patience: Patience | None = None
+        while True:
+            try:
+                return await self.once(patience is not None and patience.over, fn, *args, **kwargs)
+            except WriteWouldWait:
+                patience = patience or Patience()
+            await anyio.sleep(patience.pause())
 
     async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn`` made once, its first write at once (see ``Inline.once``), on a thread."""
