@@ -335,6 +335,46 @@ def test_a_change_waiting_for_a_lock_holds_up_no_other_request(
 
 @pytest.mark.mounted
 @BOTH_WAYS
+def test_many_changes_waiting_for_a_lock_hold_up_no_other_request(
+    service: MemoryService, db_url: str, tmp_path: Path
+) -> None:
+    """Sixteen programs saving into one mount while the lock is taken: each change waits,
+    pausing, and the mount still answers the others; then every save is made, once."""
+    store = service.create_store("Many").id
+    service.create_memory(store, "/keep.md", "kept\n")
+    session = service.create_session([{"memory_store_id": store}])
+    holder = Holder(db_url, store)
+    try:
+        with mounted(db_url, session.id, tmp_path / "mnt") as daemon:
+            root = daemon.root / "many"
+            (root / "w").mkdir()
+            holder.hold()
+            savers = [
+                threading.Thread(target=(root / "w" / f"s{n}.md").write_text, args=(f"{n}\n",))
+                for n in range(16)
+            ]
+            for saver in savers:
+                saver.start()
+            time.sleep(0.5)
+            assert all(saver.is_alive() for saver in savers)
+            reads: list[list[str]] = []
+            reading = threading.Thread(target=lambda: reads.append(_read_a_little(root)))
+            reading.start()
+            reading.join(HOLD_S + 5)
+            assert reads == [["kept\n", "keep.md,w"]], reads  # answered...
+            assert holder.holding  # ...while every change waited
+            holder.release()
+            for saver in savers:
+                saver.join(30)
+            assert not any(saver.is_alive() for saver in savers)
+        made = [v.path for v in service.list_versions(store, limit=100).data]
+        assert sorted(made) == sorted(["/keep.md"] + [f"/w/s{n}.md" for n in range(16)])
+    finally:
+        holder.close()
+
+
+@pytest.mark.mounted
+@BOTH_WAYS
 def test_a_mount_told_to_stop_while_a_change_waits_makes_it_and_stops(
     service: MemoryService, db_url: str, tmp_path: Path
 ) -> None:

@@ -49,7 +49,11 @@ log = logging.getLogger("mnemofs.fs")
 YIELD_EVERY = 64  # 16 made stats after a write ~5% slower (docs/decisions.md)
 # How long a wait within a burst spins before it sleeps (see the module docstring).
 SPIN_S = 200e-6
-MAX_SPARES = 4  # tasks started to serve requests while changes pause (see the module docstring)
+# Tasks started to serve requests while changes pause (see the module docstring): one for
+# each change pausing at once (a program saving each), cheap (a coroutine, parked when not
+# needed), as many as pyfuse3's own default for its worker tasks, less one. With four, five
+# programs saving during an import held up every other request of the mount again.
+MAX_SPARES = 98
 
 
 class _Turns:
