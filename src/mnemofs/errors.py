@@ -127,9 +127,10 @@ class WriteWouldWait(Exception):
 
 
 # How a remote mount asks the server for ``write_at_once`` (a change's request only): this
-# header, "1", or "last" for ``last=True``. A server's ``WriteWouldWait`` then comes back as a
-# 503 whose ``error.mnemofs_error`` is "WriteWouldWait", and the mount asks again itself.
+# header, with what try it is (``Patience.attempt``). A server's ``WriteWouldWait`` then comes
+# back as a 503 whose ``error.mnemofs_error`` is "WriteWouldWait", and the mount asks again.
 WRITE_AT_ONCE_HEADER = "mnemofs-write-at-once"
+FIRST_TRY, TRY_AGAIN, LAST_TRY = "1", "again", "last"
 
 
 class Patience:
@@ -154,3 +155,12 @@ class Patience:
     def pause(self) -> float:
         self._pause = min(self._pause * 2, self.PAUSE_MAX_S) if self._pause else 0.001
         return self._pause
+
+    @staticmethod
+    def attempt(patience: Patience | None) -> str:
+        """The next try of a call: ``FIRST_TRY`` before any ``WriteWouldWait`` (no patience
+        yet), ``LAST_TRY`` once ``over``, ``TRY_AGAIN`` between: ``write_at_once(again=...,
+        last=...)``."""
+        if patience is None:
+            return FIRST_TRY
+        return LAST_TRY if patience.over else TRY_AGAIN

@@ -420,12 +420,13 @@ class RemoteBackend:
 
     def defer_checkpoints(self) -> None: ...
 
-    def write_at_once(self, on: bool = True, *, last: bool = False) -> None:
+    def write_at_once(self, on: bool = True, *, again: bool = False, last: bool = False) -> None:
         """This thread's next change request asks the server to make its first write at once
         (``errors.WRITE_AT_ONCE_HEADER``): a lock taken there comes back ``WriteWouldWait``,
         nothing done, and the mount serves its other requests while it pauses, rather than
         waiting in the request for the lock (an import of a whole store, a restore)."""
-        self._local.at_once = ("last" if last else "1") if on else None
+        ask = errors.LAST_TRY if last else errors.TRY_AGAIN if again else errors.FIRST_TRY
+        self._local.at_once = ask if on else None
 
     def defer_reconnects(self) -> None:
         self._fail_fast = True

@@ -109,7 +109,9 @@ class Adapter(pyfuse3.Operations):
         while True:
             # The last try's write is refused by the store (EIO), which the tree's own failure
             # handling then sees, as it did a busy timeout's (a save puts the file back).
-            service.write_at_once(last=patience is not None and patience.over)
+            service.write_at_once(
+                again=patience is not None, last=patience is not None and patience.over
+            )
             try:
                 return call(*args, **kwargs)
             except errors.WriteWouldWait:

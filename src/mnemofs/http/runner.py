@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 
 from mnemofs import limits
-from mnemofs.errors import Patience, WriteWouldWait
+from mnemofs.errors import FIRST_TRY, LAST_TRY, Patience, WriteWouldWait
 from mnemofs.store import MemoryService
 
 log = logging.getLogger("mnemofs.http")
@@ -66,7 +66,7 @@ class Inline:
         patience: Patience | None = None
         try:
             while True:
-                self._service.write_at_once(last=patience is not None and patience.over)
+                _at_once(self._service, Patience.attempt(patience))
                 try:
                     return fn(*args, **kwargs)
                 except WriteWouldWait:
@@ -79,11 +79,12 @@ class Inline:
             if self._called is not None:
                 self._called.set()
 
-    async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn`` made once, its first write at once (``last``: its last try): a remote
-        mount's change (``errors.WRITE_AT_ONCE_HEADER``), which pauses and asks again itself
-        while its own thread serves its other requests. ``WriteWouldWait`` goes back to it."""
-        self._service.write_at_once(last=last)
+    async def once(self, attempt: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` made once, its first write at once (``attempt``: which try, as
+        ``Patience.attempt`` says): a remote mount's change (``errors.WRITE_AT_ONCE_HEADER``),
+        which pauses and asks again itself while its own thread serves its other requests.
+        ``WriteWouldWait`` goes back to it."""
+        _at_once(self._service, attempt)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -147,17 +148,17 @@ class Threaded:
         patience: Patience | None = None
         while True:
             try:
-                return await self.once(patience is not None and patience.over, fn, *args, **kwargs)
+                return await self.once(Patience.attempt(patience), fn, *args, **kwargs)
             except WriteWouldWait:
                 patience = patience or Patience()
             await anyio.sleep(patience.pause())
 
-    async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def once(self, attempt: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn`` made once, its first write at once (see ``Inline.once``), on a thread."""
         service = self._service
 
         def made() -> Any:
-            service.write_at_once(last=last)
+            _at_once(service, attempt)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -176,6 +177,11 @@ class Threaded:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _at_once(service: MemoryService, attempt: str) -> None:
+    """``service.write_at_once`` for a call's ``attempt`` (``Patience.attempt``)."""
+    service.write_at_once(again=attempt != FIRST_TRY, last=attempt == LAST_TRY)
 
 
 def store_runner(

@@ -32,7 +32,7 @@ async def run(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any)
     runner: Runner = request.app.state.run
     at_once = request.headers.get(WRITE_AT_ONCE_HEADER)
     if at_once is not None:  # a remote mount's change, which asks again itself
-        made: T = await runner.once(at_once == "last", fn, *args, **kwargs)
+        made: T = await runner.once(at_once, fn, *args, **kwargs)
         return made
     result: T = await runner(fn, *args, **kwargs)
     return result

@@ -25,9 +25,10 @@ class Runner(Protocol):
     async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``, waiting as long as a lock it needs is taken."""
 
-    async def once(self, last: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def once(self, attempt: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn`` made once with its first write at once: ``WriteWouldWait`` if it would
-        wait for a lock (``last``: ``Unavailable``), for a caller that asks again itself."""
+        wait for a lock (its last ``attempt``: ``Unavailable``), for a caller that asks again
+        itself."""
 
     async def erasing(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn``, a call that erases (and may wait for readers after), off the loop."""

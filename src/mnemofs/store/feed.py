@@ -195,13 +195,13 @@ class FeedMixin(ServiceBase):
         than in the first save, which it made 70-140 ms slower."""
         threading.Thread(target=load_checks, name="mnemofs-warm-up", daemon=True).start()
 
-    def write_at_once(self, on: bool = True, *, last: bool = False) -> None:
+    def write_at_once(self, on: bool = True, *, again: bool = False, last: bool = False) -> None:
         """For a thread that must never wait for SQLite's write lock (a server's event loop,
         a mount's), before each call: that call's first write raises ``WriteWouldWait``, having
         done nothing, rather than wait (``Database.write_at_once``); the caller makes the call
         again a little later, having served the others meanwhile. ``on=False`` after it;
-        ``last`` once it has waited long enough (``errors.Patience``)."""
-        self.db.write_at_once(on, last=last)
+        ``again`` when it does, ``last`` once it has waited long enough (``errors.Patience``)."""
+        self.db.write_at_once(on, again=again, last=last)
 
     def checkpoint(self, *, force: bool = False) -> None:
         """Background upkeep of a long-lived writer (a mount's worker thread, when
