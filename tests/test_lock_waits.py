@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from mnemofs import errors
 from mnemofs.errors import Patience, WriteWouldWait
@@ -153,6 +154,57 @@ async def test_a_save_locked_out_too_long_fails_and_puts_the_file_back(
         assert service.find_memory(store, "/a.md").content == "saved\n"
     finally:
         holder.close()
+
+
+@pytest.mark.trio
+async def test_while_a_change_pauses_for_a_lock_every_try_asks_briefly(
+    service: MemoryService, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one change of a mount pauses for a lock, every other change's first try asks for
+    it briefly too (``write_at_once(again=True)``: 1 ms on PostgreSQL, not 50): the lock is
+    known to be taken, and each try of 50 ms held the mount's thread. Once nothing pauses, a
+    first try is a first try again."""
+    store = service.create_store("Brief").id
+    session = service.create_session([{"memory_store_id": store}], mount_root="/m")
+    adapter = Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, OWNER))
+    root = (await adapter.lookup(ROOT_INO, b"brief", Ctx())).st_ino
+    asked: list[bool] = []
+    at_once = service.write_at_once
+    news = [trio.Event()]
+
+    def noted(on: bool = True, *, again: bool = False, last: bool = False) -> None:
+        if on:
+            asked.append(again)
+            news[0].set()
+        at_once(on, again=again, last=last)
+
+    async def until(done: Callable[[], bool]) -> None:
+        while not done():
+            news[0] = trio.Event()
+            await news[0].wait()
+
+    monkeypatch.setattr(service, "write_at_once", noted)
+    holder = Holder(db_url, store)
+    try:
+        holder.hold()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(adapter.mkdir, root, b"first", 0o755, Ctx())
+            await until(lambda: True in asked)  # it found the lock taken and pauses
+            asked.clear()
+            nursery.start_soon(adapter.mkdir, root, b"second", 0o755, Ctx())
+            await until(lambda: len(asked) >= 3)
+            assert all(asked), asked  # the second's first try too
+            holder.release()
+        asked.clear()
+        await adapter.mkdir(root, b"third", 0o755, Ctx())
+        assert asked == [False]
+    finally:
+        holder.close()
+    assert {d.rstrip("/") for d in service.explicit_directories(store)} == {
+        "/first",
+        "/second",
+        "/third",
+    }
 
 
 def test_a_remote_change_made_at_once_comes_back_rather_than_wait(
