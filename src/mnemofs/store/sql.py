@@ -450,7 +450,7 @@ class Database:
                     tx.begin()
                     if impatient and not at_once:
                         tx.run(_PG_PATIENT)  # a write that may wait, as ever: with its BEGIN
-                    elif at_once is not True and at_once:
+                    elif at_once in (_AGAIN, _LAST_TRY):
                         tx.run(_PG_AGAIN)  # a try again (or the last)
                     result = fn(tx)
                     state.append(True)
