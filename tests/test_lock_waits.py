@@ -120,6 +120,13 @@ def test_a_write_at_once_on_postgres_does_nothing_rather_than_wait_for_a_row(
         holder.close()
 
 
+async def _adapter_on(service: MemoryService, store: str, slug: bytes) -> tuple[Adapter, int]:
+    """A mount's adapter, in this process, of a session attaching ``store``; its directory."""
+    session = service.create_session([{"memory_store_id": store}], mount_root="/m")
+    adapter = Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, OWNER))
+    return adapter, (await adapter.lookup(ROOT_INO, slug, Ctx())).st_ino
+
+
 @pytest.mark.trio
 async def test_a_save_locked_out_too_long_fails_and_puts_the_file_back(
     service: MemoryService, db_url: str, monkeypatch: pytest.MonkeyPatch
@@ -130,10 +137,8 @@ async def test_a_save_locked_out_too_long_fails_and_puts_the_file_back(
     monkeypatch.setattr(Patience, "LOCKED_S", 0.3)
     store = service.create_store("Notes").id
     service.create_memory(store, "/a.md", "alpha\n")
-    session = service.create_session([{"memory_store_id": store}], mount_root="/m")
-    adapter = Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, OWNER))
-    notes = await adapter.lookup(ROOT_INO, b"notes", Ctx())
-    a = await adapter.lookup(notes.st_ino, b"a.md", Ctx())
+    adapter, notes = await _adapter_on(service, store, b"notes")
+    a = await adapter.lookup(notes, b"a.md", Ctx())
     holder = Holder(db_url, store)
     try:
         info = await adapter.open(a.st_ino, os.O_WRONLY | os.O_TRUNC, Ctx())
@@ -165,9 +170,7 @@ async def test_while_a_change_pauses_for_a_lock_every_try_asks_briefly(
     known to be taken, and each try of 50 ms held the mount's thread. Once nothing pauses, a
     first try is a first try again."""
     store = service.create_store("Brief").id
-    session = service.create_session([{"memory_store_id": store}], mount_root="/m")
-    adapter = Adapter(MemoryFs(service, session, actor=session.id), Owner(OWNER, OWNER))
-    root = (await adapter.lookup(ROOT_INO, b"brief", Ctx())).st_ino
+    adapter, root = await _adapter_on(service, store, b"brief")
     asked: list[bool] = []
     at_once = service.write_at_once
     news = [trio.Event()]
