@@ -404,6 +404,14 @@ class RemoteBackend:
     def commit_files(self) -> list[str]:
         return []
 
+    def flush_to_disk(self) -> None:
+        """The server's database synced to disk (a mount's ``fsync``). A server older than
+        this call has none to make: its commits stay as durable as they were."""
+        try:
+            self._call("POST", f"{_PREFIX}/sync", read=True)  # safe to send again
+        except errors.NotFound:
+            log.debug("the server cannot sync its database to disk on request")
+
     def checkpoint(self, *, force: bool = False) -> None:
         """The reads noted, once due (the server's database is its own to keep)."""
         if self.checkpoint_due():

@@ -377,8 +377,23 @@ class Adapter(pyfuse3.Operations):
     async def fsync(self, fh: int, datasync: bool) -> None:
         try:
             await self._change(self.fs.fsync, fh)
+            await self._flush_to_disk()
         except Exception as exc:
             raise self._refused(exc, "save at fsync", self.fs.ino_of(fh)) from None
+
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        """A directory's ``fsync``, as programs make one after a rename to make it durable."""
+        try:
+            await self._flush_to_disk()
+        except Exception as exc:
+            raise self._refused(exc, "fsync of a directory", fh) from None
+
+    async def _flush_to_disk(self) -> None:
+        """Every change committed so far made to survive a power loss (``Backend.flush_to_disk``:
+        SQLite's log is synced only at checkpoints), on a worker thread: a disk flush may take
+        milliseconds, and a spare task serves the mount's other requests meanwhile."""
+        loop.aside()
+        await trio.to_thread.run_sync(self.fs.service.flush_to_disk)
 
     async def release(self, fh: int) -> None:
         ino = self.fs.ino_of(fh)

@@ -170,6 +170,15 @@ async def own_session(request: Request) -> Response:
     return reply(await run(request, service(request).get_session, session.id))
 
 
+@router.post("/sync", summary="fsync: every change committed so far synced to disk")
+async def flush_to_disk(request: Request) -> Response:
+    """A remote mount's ``fsync``: its save was committed before it was answered, but SQLite
+    syncs its log to disk only at checkpoints. On a worker thread: a disk flush may take
+    milliseconds, and it reads nothing a caller could not."""
+    await anyio.to_thread.run_sync(service(request).flush_to_disk)
+    return reply({"synced": True})
+
+
 @router.get("/memory_stores/{store_id}/snapshot", summary="A store's whole tree, no content")
 async def snapshot(request: Request, store_id: str) -> Response:
     attachment(caller_of(request), store_id)

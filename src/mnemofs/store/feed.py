@@ -8,9 +8,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from mnemofs.errors import (
-    NotFound,
-)
+from mnemofs.errors import NotFound, Unavailable
 from mnemofs.models import (
     Change,
     MemoryId,
@@ -236,6 +234,15 @@ class FeedMixin(ServiceBase):
     def commit_files(self) -> list[str]:
         """Files every commit writes (SQLite), for a mount to watch; empty on PostgreSQL."""
         return self.db.commit_files()
+
+    def flush_to_disk(self) -> None:
+        """Make every change committed so far survive a power loss, not only a crash: a
+        mount's ``fsync``. SQLite syncs its log only at checkpoints (``synchronous=NORMAL``);
+        PostgreSQL's commits are as durable as its server is set to make them."""
+        try:
+            self.db.flush_to_disk()
+        except OSError as exc:
+            raise Unavailable(f"could not sync the database to disk: {exc.strerror}") from exc
 
     def defer_reconnects(self) -> None:
         """For a process that must never wait on the network (a mount): while the database is

@@ -271,6 +271,11 @@ class Database:
         """The size of the SQLite WAL file in bytes (0 for a server database)."""
         return 0 if self._wal is None else self._wal.size()
 
+    def flush_to_disk(self) -> None:
+        """Every commit so far made to survive a power loss (SQLite: ``Wal.sync``)."""
+        if self._wal is not None:
+            self._wal.sync()
+
     def checkpoint_due(self) -> bool:
         """Whether ``checkpoint`` would do anything now (store/wal.py): no query."""
         return self._wal is not None and self._wal.due()
