@@ -11,7 +11,9 @@ the sync made while the ``fsync`` call was under way.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemofs.store import MemoryService
+from mnemofs.store import MemoryService, wal
 
 from . import mounted as mounts
 from .mounted import mounted, wait_for
@@ -125,3 +127,41 @@ def test_a_flush_to_disk_needs_no_log(service: MemoryService) -> None:
     service.checkpoint(force=True)
     service.flush_to_disk()
     assert service.find_memory(store, "/a.md").content == "a\n"
+
+
+def test_many_fsyncs_at_once_share_their_disk_flushes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Programs that ``fsync`` while another's flush is under way wait for it, then share
+    one flush begun after they came (which covers their commits): one each would let a few
+    busy programs keep the disk flushing. A spy that still flushes counts them."""
+    db = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("CREATE TABLE t (x)")
+    log = wal.Wal(str(tmp_path / "a.db"))
+    real, begun, release = os.fdatasync, [], threading.Event()
+
+    def flush(fd: int) -> None:
+        begun.append(time.monotonic())
+        if len(begun) == 1:
+            release.wait(10)  # the first holds on until every other caller has come
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", flush)
+    first = threading.Thread(target=log.sync)
+    first.start()
+    assert wait_for(lambda: len(begun) == 1)
+    came = time.monotonic()
+    others = [threading.Thread(target=log.sync) for _ in range(8)]
+    for thread in others:
+        thread.start()
+    time.sleep(0.3)  # every one of them waiting for the first's
+    release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert len(begun) == 2
+    assert begun[1] > came
+    db.execute("INSERT INTO t VALUES (1)")
+    log.sync()  # alone: a flush of its own
+    assert len(begun) == 3
+    db.close()

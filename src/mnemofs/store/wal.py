@@ -85,6 +85,8 @@ class Wal:
         self._queued = 0  # this process's write transactions waiting for ``_writer``
         self._queue_lock = threading.Lock()
         self._wanted_at = -math.inf  # when a ``try_turn`` last found the turn taken
+        self._syncing = threading.Lock()  # held by a ``sync`` under way
+        self._syncs_begun = self._syncs_ended = 0  # ``sync``'s: the last begun, the last ended
 
     def _look(self) -> tuple[int, int]:
         try:
@@ -103,15 +105,25 @@ class Wal:
         starts it over; every checkpoint syncs the database file before the log is rewound, so
         the log is all there is left to sync. On a descriptor of its own, opened and closed
         here: SQLite takes POSIX locks on the database and ``-shm`` files only, never on this
-        one, so closing it drops none of theirs (see the module docstring)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return  # no log: every commit is in the database file, synced when it was copied
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        one, so closing it drops none of theirs (see the module docstring). One at a time, and
+        a caller that waited for another's is done once one begun after it came has ended:
+        many programs' ``fsync`` at once cost a disk flush or two, not one each."""
+        wanted = self._syncs_begun + 1  # any sync begun from now on covers this caller
+        with self._syncing:
+            if self._syncs_ended >= wanted:
+                return
+            self._syncs_begun += 1  # only here, under the lock
+            begun = self._syncs_begun
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                fd = None  # no log: every commit is in the database file, synced when copied
+            if fd is not None:
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            self._syncs_ended = begun
 
     def due(self) -> bool:
         """Whether a deferring process's checkpoint has anything to do now (``due_in``)."""
