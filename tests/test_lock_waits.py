@@ -24,6 +24,7 @@ import trio
 
 from mnemofs import errors
 from mnemofs.errors import Patience, WriteWouldWait
+from mnemofs.fs import adapter as adapter_module
 from mnemofs.fs.access import Owner
 from mnemofs.fs.adapter import Adapter
 from mnemofs.fs.core import ROOT_INO, MemoryFs
@@ -208,6 +209,79 @@ async def test_while_a_change_pauses_for_a_lock_every_try_asks_briefly(
         "/second",
         "/third",
     }
+
+
+@pytest.mark.trio
+async def test_many_changes_waiting_ask_for_the_lock_about_as_often_as_one(
+    service: MemoryService, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each try of a waiting change holds the mount's thread (on PostgreSQL a 1 ms wait for
+    the row, through a server a whole request): sixteen waiting changes pause about sixteen
+    times longer each, so the lock is asked for about as often as by one (with a pause of 50 ms
+    each, 1.5 s of waiting was ~35 tries a change, ~560 in all). Then every one is made."""
+    store = service.create_store("Crowd").id
+    adapter, root = await _adapter_on(service, store, b"crowd")
+    tries: list[bool] = []
+    at_once = service.write_at_once
+
+    def noted(on: bool = True, *, again: bool = False, last: bool = False) -> None:
+        if on:
+            tries.append(again)
+        at_once(on, again=again, last=last)
+
+    monkeypatch.setattr(service, "write_at_once", noted)
+    holder = Holder(db_url, store)
+    try:
+        holder.hold()
+        async with trio.open_nursery() as nursery:
+            for n in range(16):
+                nursery.start_soon(adapter.mkdir, root, f"d{n}".encode(), 0o755, Ctx())
+            await trio.sleep(1.5)
+            assert holder.holding
+            waiting = len(tries)
+            holder.release()
+    finally:
+        holder.close()
+    assert 16 * 3 <= waiting <= 16 * 12, waiting  # each paused a few times, not ~35
+    assert len(service.explicit_directories(store)) == 16
+
+
+@pytest.mark.trio
+async def test_the_first_waiting_change_made_wakes_the_others(
+    service: MemoryService, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a change that waited for the lock is made, the lock is free: every other change
+    waiting is made at once, not when its own pause (up to ``CROWD_PAUSE_MAX_S`` among many)
+    runs out. Here eight pause 60 s; a ninth, pausing 1 ms, is made once the lock is let go,
+    and the eight with it."""
+    monkeypatch.setattr(adapter_module, "CROWD_PAUSE_MAX_S", 60.0)
+    made: list[Patience] = []
+    paused = {8: trio.Event(), 9: trio.Event()}
+
+    def long_then_short(self: Patience) -> float:
+        if self not in made:
+            made.append(self)
+            if len(made) in paused:
+                paused[len(made)].set()
+        return 60.0 if made.index(self) < 8 else 0.001
+
+    monkeypatch.setattr(Patience, "pause", long_then_short)
+    store = service.create_store("Woken").id
+    adapter, root = await _adapter_on(service, store, b"woken")
+    holder = Holder(db_url, store)
+    try:
+        holder.hold()
+        with trio.fail_after(20):  # not the eight's 60 s
+            async with trio.open_nursery() as nursery:
+                for n in range(8):
+                    nursery.start_soon(adapter.mkdir, root, f"slow{n}".encode(), 0o755, Ctx())
+                await paused[8].wait()
+                nursery.start_soon(adapter.mkdir, root, b"quick", 0o755, Ctx())
+                await paused[9].wait()
+                holder.release()
+    finally:
+        holder.close()
+    assert len(service.explicit_directories(store)) == 9
 
 
 def test_a_remote_change_made_at_once_comes_back_rather_than_wait(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import random
 import stat
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ T = TypeVar("T")
 # refresh.py; a save rolled back, in files.py), so this only bounds the cost of a missed one.
 # At 1 s, every phase of a workload longer than a second looked each file up again.
 TIMEOUT_S = 60.0
+CROWD_PAUSE_MAX_S = 0.5  # the longest pause of a change waiting among many (``_change``)
 XATTRS = (b"user.mnemofs.memory_id", b"user.mnemofs.version_id", b"user.mnemofs.sha256")
 
 
@@ -73,6 +75,7 @@ class Adapter(pyfuse3.Operations):
         self._dir_modes = tuple(stat.S_IFDIR | owner.dir_mode(w) for w in (False, True))
         self._file_modes = tuple(stat.S_IFREG | owner.file_mode(w) for w in (False, True))
         self._pausing = 0  # changes waiting for a lock (``_change``)
+        self._made = trio.Event()  # set when a change is made while others wait (``_change``)
 
     def _refused(self, exc: Exception, what: str, ino: int, name: bytes | None = None) -> Any:
         """The FUSEError for a refused change, noted in ``.mnemofs/refusals`` first."""
@@ -116,16 +119,28 @@ class Adapter(pyfuse3.Operations):
                 again = patience is not None or self._pausing > 0
                 service.write_at_once(again=again, last=patience is not None and patience.over)
                 try:
-                    return call(*args, **kwargs)
+                    made = call(*args, **kwargs)
                 except errors.WriteWouldWait:
                     if patience is None:
                         patience = errors.Patience()
                         self._pausing += 1
-                    pause = patience.pause()
+                    # Every try holds the mount's thread (on PostgreSQL a 1 ms wait for the
+                    # lock, through a server a request): many changes waiting pause as many
+                    # times longer, so that together they ask about as often as one does,
+                    # each a little more or less (not all at once); the first one made wakes
+                    # the others (the lock is free).
+                    crowd = self._pausing * random.uniform(0.5, 1.5) if self._pausing > 1 else 1.0
+                    pause = min(patience.pause() * max(crowd, 1.0), CROWD_PAUSE_MAX_S)
+                else:
+                    if patience is not None:
+                        self._made.set()
+                        self._made = trio.Event()
+                    return made
                 finally:
                     service.write_at_once(False)  # a call that wrote nothing
                 loop.aside()
-                await trio.sleep(pause)
+                with trio.move_on_after(pause):
+                    await self._made.wait()
         finally:
             if patience is not None:
                 self._pausing -= 1
