@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -197,6 +198,50 @@ def test_a_mount_catches_up_on_many_changes_in_one_fetch(
             if r.get("method") == "GET" and str(r.get("path", "")).startswith(f"{store}/memories/")
         ]
         assert one_by_one == []
+
+
+def test_a_cold_grep_reads_a_directory_in_a_few_requests(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A sandbox's first ``grep -r`` over its memory (every file a miss) cost a request per
+    file. A directory's misses in a row read the next files of it along, more each time (4,
+    8, ... 64): 300 files in a handful of requests, what was saved. A lone read reads only its
+    own file, as before."""
+    w = World(engine)
+    for i in range(300):
+        w.service.create_memory(
+            w.notes, f"/many/{i:03d}.md", f"note {i}\n" + "needle\n" * (i % 50 == 7)
+        )
+    w.service.create_memory(w.notes, "/lone/a.md", "alone\n")
+    w.service.create_memory(w.notes, "/lone/b.md", "not read\n")
+    store = f"/mnemofs/v1/memory_stores/{w.notes}"
+
+    def reads(server: Any) -> tuple[int, int]:
+        """Requests so far for a memory one by one, and for many."""
+        one = [
+            r
+            for r in server.lines()
+            if r.get("method") == "GET" and str(r.get("path", "")).startswith(f"{store}/memories/")
+        ]
+        return len(one), len(server.requests("POST", f"{store}/fetch"))
+
+    with (
+        serving(db_url, tmp_path / "server.log") as server,
+        remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"),
+    ):
+        notes = tmp_path / "mnt" / "notes"
+        assert (notes / "lone" / "a.md").read_text() == "alone\n"
+        assert wait_for(lambda: reads(server) == (1, 0))
+        grep = ["grep", "-rl", "needle", str(notes / "many")]
+        found = subprocess.run(grep, capture_output=True, text=True, check=True).stdout
+        assert sorted(found.split()) == [str(notes / f"many/{i:03d}.md") for i in range(7, 300, 50)]
+        for i in range(300):  # each as saved (read from the mount's cache now)
+            assert (notes / f"many/{i:03d}.md").read_text() == f"note {i}\n" + "needle\n" * (
+                i % 50 == 7
+            )
+        one_by_one, many = reads(server)
+    assert many >= 1
+    assert one_by_one + many <= 1 + 15, (one_by_one, many)
 
 
 def test_a_save_s_reply_does_not_send_its_content_back(

@@ -20,6 +20,11 @@ from mnemofs.fs.nodes import (
     CONTENT_CACHE_BYTES,
     CONTENT_CACHE_ENTRIES,
     FOLD_WINDOW_S,
+    READ_AHEAD_BYTES,
+    READ_AHEAD_DIRS,
+    READ_AHEAD_FILES,
+    READ_AHEAD_LOOK,
+    READ_AHEAD_RESET_S,
     FsError,
     Handle,
     Invalidation,
@@ -29,7 +34,7 @@ from mnemofs.fs.nodes import (
     _now_ns,
 )
 from mnemofs.fs.tree import TreeBase
-from mnemofs.models import Memory
+from mnemofs.models import Memory, MemoryId
 from mnemofs.paths import TEMP_NAME
 
 log = logging.getLogger("mnemofs.fs")
@@ -53,13 +58,71 @@ class FilesMixin(TreeBase):
             return data
         if node.memory_id is None or node.mount is None:
             return b""
+        ahead = self._read_ahead(node)
         try:
-            memory = self.service.get_memory(node.mount.store_id, node.memory_id)
+            if ahead:
+                memory = self._read_with(node.mount.store_id, node.memory_id, ahead)
+            else:
+                memory = self.service.get_memory(node.mount.store_id, node.memory_id)
         except NotFound:
             raise FsError(errno.ENOENT, f"{self.path(node)!r} was deleted meanwhile") from None
         data = (memory.content or "").encode()
         self._cache(node, data)
         return data
+
+    def _read_with(self, store_id: str, memory_id: str, ahead: list[Node]) -> Memory:
+        """A memory read with those of ``ahead`` in one go; theirs cached, only as the tree
+        shows them (a newer version is the next refresh's), and not counted as read."""
+        ids = [memory_id, *(other.memory_id for other in ahead if other.memory_id)]
+        found = self.service.get_memories(store_id, ids)
+        memory = found.get(MemoryId(memory_id))
+        if memory is None:
+            raise NotFound(f"memory {memory_id} not found")
+        self.service.note_access(store_id, memory.id)
+        for other in ahead:
+            got = found.get(MemoryId(other.memory_id or ""))
+            if got is not None and got.content_sha256 == other.sha256:
+                self._cache(other, (got.content or "").encode())
+        return memory
+
+    def _read_ahead(self, node: Node) -> list[Node]:
+        """Files to read with ``node``, a miss (``READ_AHEAD_FILES``): as many as this
+        directory's misses in a row call for, the next ones of it in listing order, wrapping
+        round, that are saved memories not cached nor open."""
+        parent = node.parent
+        if parent is None or node.history is not None or len(parent.children) < 2:
+            return []
+        now = time.monotonic()
+        window, last = self._read_along.pop(parent.ino, (0, 0.0))
+        if now - last > READ_AHEAD_RESET_S:
+            window = 0
+        self._read_along[parent.ino] = (min(max(2 * window, 4), READ_AHEAD_FILES), now)
+        if len(self._read_along) > READ_AHEAD_DIRS:
+            del self._read_along[next(iter(self._read_along))]  # the least recently missed
+        if window == 0:
+            return []
+        order = parent.listing if parent.listing is not None else list(parent.children.values())
+        try:
+            at = order.index(node) + 1
+        except ValueError:
+            at = 0
+        ahead: list[Node] = []
+        size = 0
+        for i in range(min(len(order), READ_AHEAD_LOOK)):
+            if size >= READ_AHEAD_BYTES or len(ahead) >= window:
+                break
+            other = order[(at + i) % len(order)]
+            if (
+                other.memory_id is None
+                or other is node
+                or other.file is not None
+                or other.ino in self._content
+                or other.unlinked
+            ):
+                continue
+            ahead.append(other)
+            size += other.size
+        return ahead
 
     def _cache(self, node: Node, data: bytes) -> None:
         cache = self._content

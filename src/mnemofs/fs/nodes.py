@@ -42,6 +42,16 @@ BACKUP_WINDOW_S = 2.0
 # recently used going first (a miss reads the store: one indexed row).
 CONTENT_CACHE_ENTRIES = 4096
 CONTENT_CACHE_BYTES = 16 * 1024 * 1024
+# A file read from the store brings along files of its directory that are not cached, the
+# next ones in listing order: none at a directory's first miss, then 4, doubling with each miss
+# that follows within READ_AHEAD_RESET_S, up to this many and (by their sizes) about this many
+# bytes. One request instead of one each for a `grep -r` or `cat *` through a server, and a
+# lone `cat` reads what it did.
+READ_AHEAD_FILES = 64
+READ_AHEAD_BYTES = 256 * 1024
+READ_AHEAD_RESET_S = 1.0
+READ_AHEAD_LOOK = 1024  # entries of the directory looked at for them, at most
+READ_AHEAD_DIRS = 64  # directories whose misses are remembered
 
 
 class FsError(Exception):

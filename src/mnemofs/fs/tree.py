@@ -63,6 +63,9 @@ class TreeBase:
         self._next_fh = 1
         self._content: OrderedDict[int, bytes] = OrderedDict()
         self._content_bytes = 0  # the sum of the cached contents' lengths
+        # Directory inode -> (how many files its next miss reads along, when its last was):
+        # fs/files.py ``_read_ahead``.
+        self._read_along: dict[int, tuple[int, float]] = {}
         # At least the bytes of the files held open (fs/files.py ``_buffer_room``): added to
         # as buffers are made and grow, taken from as they go, counted anew at the bound.
         self.buffered = 0
