@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -242,6 +243,33 @@ def test_a_cold_grep_reads_a_directory_in_a_few_requests(
         one_by_one, many = reads(server)
     assert many >= 1
     assert one_by_one + many <= 1 + 15, (one_by_one, many)
+
+
+def test_a_read_that_timed_out_is_not_sent_again(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A read on a kept-alive connection that fails is sent again on a new one (the server may
+    have closed it while idle); one that timed out is not: the server did not answer in time
+    (gone, hung, a network dropping everything), and sending it again made a mount wait as
+    long again, every request of it waiting too (measured with a server's port black-holed:
+    60 s, not 30). Here the server is stopped (SIGSTOP), so it answers nothing; once it goes
+    on, it finds the read it was sent once."""
+    w = World(engine)
+    path = "/mnemofs/v1/store_states"
+    with serving(db_url, tmp_path / "server.log") as server:
+        backend = RemoteBackend(server.url, token_for(db_url, w.session.id), timeout=1.0)
+        backend.store_states([w.notes])  # a connection kept alive
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(errors.Unavailable, match="timed out"):
+                backend.store_states([w.notes])
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert wait_for(lambda: len(server.requests("GET", path)) >= 2, timeout=10)
+        backend.store_states([w.notes])  # after any copy of the one that timed out
+        assert wait_for(lambda: len(server.requests("GET", path)) >= 3, timeout=10)
+        assert len(server.requests("GET", path)) == 3
+        backend.close()
 
 
 def test_a_save_s_reply_does_not_send_its_content_back(

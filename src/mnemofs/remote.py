@@ -153,8 +153,12 @@ class RemoteBackend:
                 break
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
-                if attempt == 1 and reused and (method == "GET" or read):
-                    continue  # a kept-alive connection the server had closed: a read is safe again
+                # A kept-alive connection the server had closed: a read is safe to send again.
+                # Not one that timed out: a server that did not answer in time (gone, hung, or
+                # the network dropping everything) would make the mount wait as long again.
+                closed = not isinstance(exc, TimeoutError)
+                if attempt == 1 and reused and closed and (method == "GET" or read):
+                    continue
                 why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
                 self._down = why
                 raise errors.Unavailable(
