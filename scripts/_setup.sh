@@ -52,7 +52,8 @@ ensure_debian_packages() {
   pkg-config --exists fuse3 2>/dev/null || need+=(libfuse3-dev pkg-config)
   command -v gcc >/dev/null || need+=(gcc)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
-  for tool in rsync:rsync bindfs:bindfs vim:vim runuser:util-linux strace:strace; do
+  for tool in rsync:rsync bindfs:bindfs vim:vim runuser:util-linux strace:strace \
+    iptables:iptables ip:iproute2; do
     command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
   done
   apt_install ${need[@]+"${need[@]}"}

@@ -7,6 +7,24 @@ import http.client
 import socket
 from typing import Protocol
 
+# A server that has not taken a connection by then is not there (a SYN is sent again at 1, 3
+# and 7 s: a lossy link connects within it).
+CONNECT_TIMEOUT_S = 10.0
+# Nor one whose host has not acknowledged what was sent by then (``TCP_USER_TIMEOUT``): a live
+# server's kernel acknowledges at once however busy the server is, so this fails only a host
+# gone or a network dropping everything, which a request's own timeout (30 s, for a server
+# slow to answer) would have waited out, every request of a mount waiting with it.
+UNACKED_TIMEOUT_S = 10.0
+
+
+def _opened(sock: socket.socket, timeout: float) -> socket.socket:
+    """A connected socket set for requests: ``timeout`` for each answer, and
+    ``UNACKED_TIMEOUT_S`` for what is sent."""
+    sock.settimeout(timeout)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(UNACKED_TIMEOUT_S * 1000))
+    return sock
+
 
 class Connection(Protocol):
     def exchange(
@@ -24,7 +42,8 @@ class PlainConnection:
     (uvicorn) always sends ``content-length``; anything else is a broken exchange."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout)
+        connected = socket.create_connection((host, port), min(timeout, CONNECT_TIMEOUT_S))
+        self._sock = _opened(connected, timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._host = f"host: {host}:{port}\r\n"
         self._buf = bytearray()
@@ -75,7 +94,13 @@ class HttpsConnection:
     """``https://``: http.client, which does TLS (certificates checked against the system's)."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
-        self._conn = http.client.HTTPSConnection(host, port, timeout=timeout)
+        self._conn = http.client.HTTPSConnection(
+            host, port, timeout=min(timeout, CONNECT_TIMEOUT_S)
+        )
+        self._conn.connect()  # the handshake within the connect timeout too
+        assert self._conn.sock is not None
+        _opened(self._conn.sock, timeout)
+        self._conn.timeout = timeout  # should it ever connect again by itself
 
     def exchange(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
