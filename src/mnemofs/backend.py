@@ -45,6 +45,10 @@ class ChangeSignal(Protocol):
 
 
 class Backend(Protocol):
+    # Whether a read of one memory is worth bringing others along (``get_memories``): every
+    # call a request to a server. A mount's cold reads of a directory then read ahead.
+    reads_along: bool
+
     # -- what there is ---------------------------------------------------------------------------
     def get_session(self, session_id: str) -> Session: ...
 

@@ -74,6 +74,8 @@ _ERROR_CLASSES = {
 class RemoteBackend:
     """``Backend`` over HTTP (see the module docstring)."""
 
+    reads_along = True  # every read a request (``Backend.reads_along``)
+
     def __init__(self, server: str, token: str, *, timeout: float = TIMEOUT_S) -> None:
         url = urlsplit(server)
         if url.scheme not in ("http", "https") or not url.hostname:

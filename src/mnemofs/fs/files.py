@@ -86,11 +86,13 @@ class FilesMixin(TreeBase):
         return memory
 
     def _read_ahead(self, node: Node) -> list[Node]:
-        """Files to read with ``node``, a miss (``READ_AHEAD_FILES``): as many as this
-        directory's misses in a row call for, the next ones of it in listing order, wrapping
-        round, that are saved memories not cached nor open."""
+        """Files to read with ``node``, a miss, where a read is a request (``reads_along``): as
+        many as this directory's misses in a row call for (``READ_AHEAD_FILES``), the next
+        ones of it in listing order, wrapping round, saved memories not cached nor open."""
         parent = node.parent
-        if parent is None or node.history is not None or len(parent.children) < 2:
+        if not self.service.reads_along or parent is None or node.history is not None:
+            return []
+        if len(parent.children) < 2:
             return []
         now = time.monotonic()
         window, last = self._read_along.pop(parent.ino, (0, 0.0))

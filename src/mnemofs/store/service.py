@@ -65,3 +65,5 @@ class MemoryService(
 
     One class over the resource modules of this package (each a mixin over ``ServiceBase``);
     every public method is one transaction."""
+
+    reads_along = False  # a read is one indexed row (``Backend.reads_along``)
