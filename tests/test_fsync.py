@@ -117,16 +117,20 @@ def test_an_fsync_returns_once_the_database_log_is_on_disk(
         assert service.find_memory(store, f"/note-{i}.md").content == f"note {i}, replaced\n"
 
 
-def test_a_flush_to_disk_needs_no_log(service: MemoryService) -> None:
-    """On SQLite with no log file (every commit copied into the database, the log cut), and on
-    PostgreSQL (its commits are as durable as its server is set to make them), a flush to disk
-    has nothing to do and does not fail."""
+def test_a_flush_to_disk_needs_no_log(service: MemoryService, tmp_path: Path) -> None:
+    """On SQLite with no log file (the last connection closed copies every commit into the
+    database and removes it; a forced checkpoint empties it), and on PostgreSQL (its commits
+    are as durable as its server is set to make them), a flush to disk has nothing to do and
+    does not fail."""
     store = service.create_store("Flushed").id
     service.create_memory(store, "/a.md", "a\n")
     service.flush_to_disk()
     service.checkpoint(force=True)
     service.flush_to_disk()
     assert service.find_memory(store, "/a.md").content == "a\n"
+    gone = wal.Wal(str(tmp_path / "closed.db"))
+    assert not Path(gone.path).exists()
+    gone.sync()  # nothing to open: no error
 
 
 def test_many_fsyncs_at_once_share_their_disk_flushes(

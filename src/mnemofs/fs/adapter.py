@@ -129,8 +129,8 @@ class Adapter(pyfuse3.Operations):
                     # times longer, so that together they ask about as often as one does,
                     # each a little more or less (not all at once); the first one made wakes
                     # the others (the lock is free).
-                    crowd = self._pausing * random.uniform(0.5, 1.5) if self._pausing > 1 else 1.0
-                    pause = min(patience.pause() * max(crowd, 1.0), CROWD_PAUSE_MAX_S)
+                    crowd = self._pausing * random.uniform(0.5, 1.5) if self._pausing > 1 else 1
+                    pause = min(patience.pause() * crowd, CROWD_PAUSE_MAX_S)
                 else:
                     if patience is not None:
                         self._made.set()
