@@ -15,14 +15,26 @@ CONNECT_TIMEOUT_S = 10.0
 # gone or a network dropping everything, which a request's own timeout (30 s, for a server
 # slow to answer) would have waited out, every request of a mount waiting with it.
 UNACKED_TIMEOUT_S = 10.0
+# And one silent that long while a request waits for its answer: after KEEPALIVE_IDLE_S without
+# a packet the kernel probes every KEEPALIVE_INTERVAL_S, and a probe unacknowledged through
+# ``UNACKED_TIMEOUT_S`` ends the connection (Linux lets that timeout govern keepalive too). A
+# live server's kernel acknowledges probes however long the server takes to answer. As the
+# PostgreSQL connections' keepalives (store/engine.py).
+KEEPALIVE_IDLE_S = 5
+KEEPALIVE_INTERVAL_S = 2
+KEEPALIVE_COUNT = 3
 
 
 def _opened(sock: socket.socket, timeout: float) -> socket.socket:
-    """A connected socket set for requests: ``timeout`` for each answer, and
-    ``UNACKED_TIMEOUT_S`` for what is sent."""
+    """A connected socket set for requests: ``timeout`` for each answer, ``UNACKED_TIMEOUT_S``
+    for what is sent, and keepalive probes for a server that has gone silent meanwhile."""
     sock.settimeout(timeout)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(UNACKED_TIMEOUT_S * 1000))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
     return sock
 
 
