@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from mnemofs.errors import InvalidRequest, Unavailable
+from mnemofs.errors import InvalidRequest, StorageFull, Unavailable
 from mnemofs.private import create_private_file, private_dir
 from mnemofs.store.pgwait import connection_class
 from mnemofs.store.revision import SCHEMA_REVISION
@@ -287,3 +287,19 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
         conn.commit()
+
+
+def driver_failure(exc: Exception) -> Unavailable:
+    """The domain error for a driver's error; a full disk is told as such (SQLite's
+    ``SQLITE_FULL``, PostgreSQL's ``disk_full``): retrying cannot help, and a mount says
+    ENOSPC, not EIO."""
+    if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL" or (
+        getattr(exc, "sqlstate", None) == "53100"
+    ):
+        return StorageFull(f"the database's disk is full: {first_line(exc)}")
+    return Unavailable(f"database error: {first_line(exc)}")
+
+
+def first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

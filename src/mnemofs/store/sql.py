@@ -33,8 +33,8 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from mnemofs.errors import Patience, StorageFull, Unavailable, WriteWouldWait
-from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine
+from mnemofs.errors import Patience, Unavailable, WriteWouldWait
+from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine, driver_failure, first_line
 from mnemofs.store.listener import Listener
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
@@ -148,8 +148,8 @@ class Database:
         try:
             conn.cursor().execute("SELECT 1").fetchall()
         except self._driver_error as exc:
-            self._mark_down(_first_line(exc))
-            raise _failure(exc) from exc
+            self._mark_down(first_line(exc))
+            raise driver_failure(exc) from exc
         finally:
             with suppress(Exception):
                 conn.close()
@@ -205,7 +205,7 @@ class Database:
         try:
             return int(cursor.execute("PRAGMA data_version").fetchone()[0])
         except self._driver_error as exc:
-            raise _failure(exc) from exc
+            raise driver_failure(exc) from exc
         finally:
             cursor.close()
 
@@ -297,7 +297,7 @@ class Database:
             cut = force or wal.idle()
             wal.rewind(self._connection(), cut=cut, prime=not cut and wal.due_by_time())
         except self._driver_error as exc:
-            raise _failure(exc) from exc
+            raise driver_failure(exc) from exc
         wal.passed()
 
     def clear_wal(self, timeout_s: float = ERASE_WAIT_S) -> bool:
@@ -312,7 +312,7 @@ class Database:
             try:
                 done = wal.rewind(conn, cut=True)
             except self._driver_error as exc:
-                raise _failure(exc) from exc
+                raise driver_failure(exc) from exc
             if done:
                 return True
             if time.monotonic() >= deadline:
@@ -342,7 +342,7 @@ class Database:
             finally:
                 conn.close()
         except self._driver_error as exc:
-            raise _failure(exc) from exc
+            raise driver_failure(exc) from exc
 
     def listener(self, channel: str) -> Listener | None:
         """A connection that hears ``NOTIFY channel`` (PostgreSQL); None elsewhere."""
@@ -521,20 +521,20 @@ class Database:
                 if once:
                     if broken:
                         self._discard()
-                    raise _failure(exc) from exc
+                    raise driver_failure(exc) from exc
                 if broken:
                     self._discard()
                     if committing:
                         raise Unavailable(
                             "the connection to the database broke while committing; the change "
-                            f"may or may not have been kept ({_first_line(exc)})"
+                            f"may or may not have been kept ({first_line(exc)})"
                         ) from exc
                     if not replaced:  # a connection from before a server restart: once more
                         replaced = True
                         continue
-                    self._mark_down(_first_line(exc))
+                    self._mark_down(first_line(exc))
                 if not transient or broken or attempt == _RETRIES - 1:
-                    raise _failure(exc) from exc
+                    raise driver_failure(exc) from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
@@ -581,19 +581,3 @@ class Database:
         conn = getattr(self._local, "conn", None)
         broken = conn is None or conn.closed or bool(getattr(conn, "broken", False))
         return broken, broken
-
-
-def _failure(exc: Exception) -> Unavailable:
-    """The domain error for a driver's error; a full disk is told as such (SQLite's
-    ``SQLITE_FULL``, PostgreSQL's ``disk_full``): retrying cannot help, and a mount says
-    ENOSPC, not EIO."""
-    if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL" or (
-        getattr(exc, "sqlstate", None) == "53100"
-    ):
-        return StorageFull(f"the database's disk is full: {_first_line(exc)}")
-    return Unavailable(f"database error: {_first_line(exc)}")
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
