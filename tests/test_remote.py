@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -94,12 +95,53 @@ def test_a_token_reaches_its_own_stores_only(engine: Engine, db_url: str, tmp_pa
         backend.close()
 
 
-def test_server_down_fails_fast_and_the_mount_catches_up(
+def test_a_save_waits_out_a_server_restart(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """A server restarted (its port refusing connections for a moment): a save made meanwhile
+    waits for it, the mount answering everything else, and is made once the server is back,
+    as if nothing happened. Without the wait it failed with EIO at once, the append lost."""
+    w = World(engine)
+    log = tmp_path / "server.log"
+    server = start_server(db_url, log)
+    port = urlsplit(server.url).port
+    root = tmp_path / "mnt"
+    try:
+        with remote_mount(server.url, token_for(db_url, w.session.id), root) as daemon:
+            notes = root / "notes"
+            write(notes / "log.md", "one\n")
+            assert (root / "docs" / "readme.md").read_text() == "read me\n"
+            server.stop()  # its kept-alive connections closed: what a restart does
+            got: list[int] = []
+            saving = threading.Thread(target=lambda: got.append(errno_of(append, notes / "log.md")))
+            saving.start()
+            time.sleep(0.5)
+            # The mount answers meanwhile: a listing, a stat, a file already read.
+            assert sorted(os.listdir(notes)) == ["log.md"]
+            assert (root / "docs" / "readme.md").read_text() == "read me\n"
+            assert saving.is_alive()  # still waiting for the server
+            server = start_server(db_url, log, port=port)
+            saving.join(timeout=30)
+            assert got == [0]
+            memory = w.service.find_memory(w.notes, "/log.md")
+            assert memory.content == "one\ntwo\n"
+            assert len(list(w.service.list_versions(w.notes, memory_id=memory.id))) == 2
+            write(notes / "after.md", "saved after\n")
+            assert not (root / ".mnemofs" / "refusals").read_text().strip()
+            assert daemon.process.poll() is None
+    finally:
+        server.stop()
+
+
+def append(path: Path) -> None:
+    with open(path, "a") as f:
+        f.write("two\n")
+
+
+def test_a_server_down_fails_saves_and_the_mount_catches_up(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
-    """While the server is down: what the mount holds stays readable, a save fails with EIO
-    and is not acknowledged; once it is back (same address) the mount catches up on what
-    changed meanwhile and saves again, with no remount."""
+    """While the server stays down: what the mount holds stays readable, a save fails with EIO
+    (once it has waited what a restart takes) and is not acknowledged; once it is back (same
+    address) the mount catches up on what changed meanwhile and saves again, no remount."""
     w = World(engine)
     log = tmp_path / "server.log"
     server = start_server(db_url, log)
@@ -116,9 +158,14 @@ def test_server_down_fails_fast_and_the_mount_catches_up(
             assert sorted(os.listdir(notes)) == ["kept.md"]
             assert (notes / "kept.md").stat().st_size == len("saved before\n")
             assert (root / "docs" / "readme.md").read_text() == "read me\n"
-            # A save cannot be acknowledged: EIO at close, and nothing is stored.
+            # A save cannot be acknowledged: EIO at close, and nothing is stored. Later in
+            # the same outage, at once.
             assert errno_of(write, notes / "lost.md", "never acknowledged\n") == errno.EIO
+            assert errno_of(write, notes / "kept.md", "nor this\n") == errno.EIO
             assert "/lost.md" not in {m.path for m in w.service.list_memories(w.notes)}
+            assert (notes / "kept.md").read_text() == "saved before\n"
+            refusals = (root / ".mnemofs" / "refusals").read_text()
+            assert "save at close: EIO: the server is unreachable" in refusals
             # Meanwhile someone else changes the store.
             w.service.create_memory(w.notes, "/while-down.md", "made while the server was down\n")
             server = start_server(db_url, log, port=port)

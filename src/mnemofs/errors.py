@@ -121,9 +121,10 @@ ERROR_TYPES: tuple[type[MnemofsError], ...] = (
 
 class WriteWouldWait(Exception):
     """A write transaction of a thread that must not wait (``write_at_once``) found a lock it
-    needs taken (SQLite's write lock or its process's turn to write; a PostgreSQL row's); it
-    did nothing. Not a refusal (no ``MnemofsError``): the caller makes its call again a
-    little later (``Patience``)."""
+    needs taken (SQLite's write lock or its process's turn to write; a PostgreSQL row's), or
+    its database or server unreachable for a moment (``Patience.unreachable``); it did
+    nothing. Not a refusal (no ``MnemofsError``): the caller makes its call again a little
+    later (``Patience``)."""
 
 
 # How a remote mount asks the server for ``write_at_once`` (a change's request only): this
@@ -143,6 +144,10 @@ class Patience:
 
     PAUSE_MAX_S = 0.05
     LOCKED_S = 30.0
+    # A database or server that cannot be reached (nothing sent) is waited for this long from
+    # when it could not be: what a restart takes, a service's or PostgreSQL's. Changes made
+    # later in a longer outage are refused at once.
+    UNREACHABLE_S = 10.0
 
     def __init__(self) -> None:
         self._pause = 0.0
@@ -164,3 +169,15 @@ class Patience:
         if patience is None:
             return FIRST_TRY
         return LAST_TRY if patience.over else TRY_AGAIN
+
+    @classmethod
+    def unreachable(cls, refusal: Exception, attempt: object, down_since: float) -> Exception:
+        """What a write that could not reach its database or server raises, nothing sent:
+        a first write at once (``attempt``, its ``write_at_once``; false when there is none),
+        until ``UNREACHABLE_S`` after the outage began (``down_since``, ``time.monotonic``),
+        ``WriteWouldWait``, so that a mount waits out a restart while it serves the rest;
+        ``refusal`` otherwise, and on the last try."""
+        waited = time.monotonic() - down_since
+        if attempt and attempt != LAST_TRY and waited < cls.UNREACHABLE_S:
+            return WriteWouldWait(f"{refusal} (waiting for it: {waited:.1f} s)")
+        return refusal

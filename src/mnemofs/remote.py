@@ -6,12 +6,15 @@ connections of ``connections.py``. Standard library only (``http.client``): a sa
 carries no HTTP package for it.
 
 - **Threads**: each thread has its own keep-alive connection; one opened more than
-  ``IDLE_REOPEN_S`` ago without use is replaced before a request (the server closes idle ones,
-  and a write sent into a closed connection would have an unknown outcome).
+  ``IDLE_REOPEN_S`` ago without use, or that the server has closed (a stop, a restart), is
+  replaced before a request: a write sent into a closed connection would have an unknown
+  outcome.
 - **Failures**: a request that cannot reach the server, or whose answer is lost, raises
   ``Unavailable`` and marks the backend down: until ``probe`` (the mount's reconnecting task)
   reaches the server again, calls fail at once. A save whose answer was lost is never reported
-  as done. A 401 (token revoked, session ended) raises ``AccessRevoked`` from then on.
+  as done. A mount's change not sent (``write_at_once``) is ``WriteWouldWait`` instead for the
+  first ``Patience.UNREACHABLE_S`` of the outage: it waits out a restart. A 401 (token
+  revoked, session ended) raises ``AccessRevoked`` from then on.
 - **Errors** come back as the store raised them (``error.mnemofs_error``), so a remote mount
   gives the errno a local one would; ``WriteWouldWait`` too, for a change the mount asked to
   be made at once (``write_at_once``), so it pauses serving its other requests, as a local one.
@@ -92,6 +95,7 @@ class RemoteBackend:
         self._timeout = timeout
         self._local = threading.local()
         self._down: str | None = None
+        self._down_since = 0.0  # when it could no longer be reached (``Patience.unreachable``)
         self._revoked: str | None = None
         self._fail_fast = False
         self._accessed: dict[str, set[str]] = {}
@@ -103,7 +107,7 @@ class RemoteBackend:
     def _connection(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)
         used = getattr(self._local, "used", 0.0)
-        if conn is not None and time.monotonic() - used > IDLE_REOPEN_S:
+        if conn is not None and (time.monotonic() - used > IDLE_REOPEN_S or conn.closed()):
             conn.close()
             conn = None
         if conn is None:
@@ -133,14 +137,17 @@ class RemoteBackend:
         """One request; ``read``: a POST that changes nothing, safe to send again (as a GET)."""
         if self._revoked is not None:
             raise errors.AccessRevoked(self._revoked)
+        at_once = getattr(self._local, "at_once", None)
+        if method == "GET" or read:
+            at_once = None
         if self._down is not None and self._fail_fast and not probing:
-            raise errors.Unavailable(f"the server is unreachable: {self._down}")
+            refusal = errors.Unavailable(f"the server is unreachable: {self._down}")
+            raise errors.Patience.unreachable(refusal, at_once, self._down_since)
         target = self._base + path
         if query:
             target += "?" + urlencode(query, doseq=True)
         headers = dict(self._auth)
-        at_once = getattr(self._local, "at_once", None)
-        if at_once is not None and method != "GET" and not read:
+        if at_once is not None:
             self._local.at_once = None  # the first change only, as the store's own
             headers[errors.WRITE_AT_ONCE_HEADER] = at_once
         data = None
@@ -150,22 +157,21 @@ class RemoteBackend:
         for attempt in (1, 2):
             reused = getattr(self._local, "conn", None) is not None
             try:
-                conn = self._connection()  # connecting can fail too
+                conn = self._connection()  # connecting can fail too: nothing sent then
+            except (OSError, http.client.HTTPException) as exc:
+                raise self._unreachable(exc, at_once) from None
+            try:
                 status, connection, payload = conn.exchange(method, target, data, headers)
                 break
             except (OSError, http.client.HTTPException) as exc:
-                self._drop_connection()
                 # A kept-alive connection the server had closed: a read is safe to send again.
                 # Not one that timed out: a server that did not answer in time (gone, hung, or
                 # the network dropping everything) would make the mount wait as long again.
                 closed = not isinstance(exc, TimeoutError)
                 if attempt == 1 and reused and closed and (method == "GET" or read):
+                    self._drop_connection()
                     continue
-                why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
-                self._down = why
-                raise errors.Unavailable(
-                    f"the server is unreachable ({why}); nothing is known to have changed"
-                ) from None
+                raise self._unreachable(exc, None) from None  # sent: maybe made
         self._local.used = time.monotonic()
         if connection == "close":
             self._drop_connection()
@@ -174,6 +180,19 @@ class RemoteBackend:
         if status >= 400:
             raise self._refusal(status, payload)
         return json.loads(payload) if payload else None
+
+    def _unreachable(self, exc: Exception, at_once: str | None) -> Exception:
+        """The server is down from now (``exc``, why): ``Unavailable``, or ``WriteWouldWait``
+        for a change's request not sent (``at_once``, its try; ``Patience.unreachable``)."""
+        self._drop_connection()
+        why = f"{self.server}: {type(exc).__name__}: {exc}".rstrip(": ")
+        if self._down is None:
+            self._down_since = time.monotonic()
+        self._down = why
+        refusal = errors.Unavailable(
+            f"the server is unreachable ({why}); nothing is known to have changed"
+        )
+        return errors.Patience.unreachable(refusal, at_once, self._down_since)
 
     def _refusal(self, status: int, payload: bytes) -> Exception:
         try:

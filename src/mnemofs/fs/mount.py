@@ -135,8 +135,9 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
     database's files, and ``data_version`` then tells within microseconds whether someone else
     committed; while writes go on we look every ``LOOK_INTERVAL_S`` instead of listening
     (``BUSY_LOOKS_S``); without inotify, a look every ``POLL_INTERVAL_S``. While the database is
-    unreachable, FUSE requests that need it fail at once with EIO and this task tries to reach
-    it from a worker thread; once back, it catches up on every change. What it hears and the
+    unreachable, FUSE requests that need it fail at once with EIO (a change waits out its first
+    seconds, ``Patience.unreachable``) and this task tries to reach it from a worker thread;
+    once back, it catches up on every change. What it hears and the
     temp files it saves may leave work for the upkeep (the WAL to copy back, the search index to
     catch up): it wakes it (``Rest``).
     """

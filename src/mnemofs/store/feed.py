@@ -246,8 +246,9 @@ class FeedMixin(ServiceBase):
 
     def defer_reconnects(self) -> None:
         """For a process that must never wait on the network (a mount): while the database is
-        unreachable every call fails at once with ``Unavailable``; only ``probe`` (from a
-        background thread) reconnects."""
+        unreachable every call fails at once with ``Unavailable`` (a write at once:
+        ``WriteWouldWait`` for the outage's first seconds); only ``probe`` (from a background
+        thread) reconnects."""
         self.db.reconnect_by_probe = True
 
     @property

@@ -17,7 +17,9 @@ caller ``EIO``): an unknown outcome is never acknowledged. If no new connection 
 the database is marked unreachable and calls fail fast with ``Unavailable`` instead of each
 waiting for a server that is not there; a new connection is tried at most every
 ``RECONNECT_INTERVAL_S``, or — for a process that must never block on the network, a mount —
-only by ``probe()``, which it calls from a worker thread (``reconnect_by_probe``).
+only by ``probe()``, which it calls from a worker thread (``reconnect_by_probe``). A write at
+once (``write_at_once``) is ``WriteWouldWait`` instead, nothing done, for the first
+``Patience.UNREACHABLE_S`` of the outage: its caller waits out a restart, serving others.
 
 The SQLite WAL and this process's queue for its write lock: store/wal.py.
 """
@@ -94,7 +96,8 @@ class Database:
         self._lock = threading.Lock()
         self._driver_error: type[Exception] = engine.driver.Error
         self._down: str | None = None  # why the database is unreachable, while it is
-        self._down_at = 0.0
+        self._down_at = 0.0  # when a connection was last tried and failed
+        self._down_since = 0.0  # when it first failed (``Patience.unreachable``)
         self.reconnect_by_probe = False  # see the module docstring
         self._deferred = False  # a worker thread checkpoints (defer_checkpoints)
         self._wal = Wal(engine.sqlite_path) if self.dialect == "sqlite" else None
@@ -156,6 +159,8 @@ class Database:
         self._down = None
 
     def _mark_down(self, why: str) -> None:
+        if self._down is None:
+            self._down_since = time.monotonic()
         self._down = why
         self._down_at = time.monotonic()
 
@@ -510,12 +515,18 @@ class Database:
         delay = 0.005
         replaced = False
         sqlite = self._wal is not None
+        armed = write and getattr(self._local, "at_once", False)  # before a try takes it
         for attempt in range(_RETRIES):
             committing: list[bool] = []
             try:
                 if sqlite:
                     return self._sqlite(fn, write, committing)
                 return self._postgres(fn, write, committing, snapshot)
+            except Unavailable as exc:
+                if self._down is None:
+                    raise
+                # No connection (a broken one rolled back what it had): nothing done.
+                raise Patience.unreachable(exc, armed, self._down_since) from None
             except self._driver_error as exc:
                 transient, broken = self._classify(exc)
                 if once:
@@ -533,7 +544,9 @@ class Database:
                         replaced = True
                         continue
                     self._mark_down(first_line(exc))
-                if not transient or broken or attempt == _RETRIES - 1:
+                    refusal = driver_failure(exc)
+                    raise Patience.unreachable(refusal, armed, self._down_since) from exc
+                if not transient or attempt == _RETRIES - 1:
                     raise driver_failure(exc) from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
