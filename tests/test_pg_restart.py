@@ -147,6 +147,7 @@ def test_postgres_restart_under_a_mount(pg_server: PgServer, tmp_path: Path) -> 
     service = MemoryService(engine, actor="api")
     store = service.create_store("Restarted").id
     service.create_memory(store, "/kept.md", "kept\n")
+    service.create_memory(store, "/unread.md", "not read before\n")
     root = tmp_path / "mnt"
     session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
     service.close()  # its connections would only break with the server
@@ -168,19 +169,27 @@ def test_postgres_restart_under_a_mount(pg_server: PgServer, tmp_path: Path) -> 
             got: list[int] = []
             saving = threading.Thread(target=lambda: got.append(save(folder / "during.md", "d\n")))
             saving.start()
+            read: list[str] = []
+            unread = folder / "unread.md"
+            reading = threading.Thread(target=lambda: read.append(unread.read_text()))
+            reading.start()
             time.sleep(0.5)
             assert "kept.md" in os.listdir(folder)
             assert (folder / "kept.md").read_text() == "kept\n"
             assert saving.is_alive()  # still waiting for the database
+            assert reading.is_alive()  # a file not cached: waiting too
             pg_server.start()
             saving.join(timeout=30)
+            reading.join(timeout=30)
             assert got == [0]
+            assert read == ["not read before\n"]
             # Down for longer than a restart takes: a save is refused with EIO (after that
             # wait; later in the outage at once), and what the mount holds is still served.
             pg_server.stop()
             assert save(folder / "down.md", "not saved\n") == errno.EIO
             assert save(folder / "kept.md", "not saved either\n") == errno.EIO
             assert sorted(os.listdir(folder))[:2] == ["during.md", "kept.md"]
+            assert unread.read_text() == "not read before\n"  # cached now
             assert (folder / "kept.md").read_text() == "kept\n"  # the failed save left it
             assert os.stat(folder / "kept.md").st_size == 5
             pg_server.start()

@@ -98,8 +98,10 @@ def test_a_token_reaches_its_own_stores_only(engine: Engine, db_url: str, tmp_pa
 def test_a_save_waits_out_a_server_restart(engine: Engine, db_url: str, tmp_path: Path) -> None:
     """A server restarted (its port refusing connections for a moment): a save made meanwhile
     waits for it, the mount answering everything else, and is made once the server is back,
-    as if nothing happened. Without the wait it failed with EIO at once, the append lost."""
+    as if nothing happened; so does a read of a file not cached. Without the wait both failed
+    with EIO at once, the append lost."""
     w = World(engine)
+    w.service.create_memory(w.docs, "/unread.md", "not read before\n")
     log = tmp_path / "server.log"
     server = start_server(db_url, log)
     port = urlsplit(server.url).port
@@ -113,14 +115,21 @@ def test_a_save_waits_out_a_server_restart(engine: Engine, db_url: str, tmp_path
             got: list[int] = []
             saving = threading.Thread(target=lambda: got.append(errno_of(append, notes / "log.md")))
             saving.start()
+            read: list[str] = []
+            unread = root / "docs" / "unread.md"
+            reading = threading.Thread(target=lambda: read.append(unread.read_text()))
+            reading.start()
             time.sleep(0.5)
             # The mount answers meanwhile: a listing, a stat, a file already read.
             assert sorted(os.listdir(notes)) == ["log.md"]
             assert (root / "docs" / "readme.md").read_text() == "read me\n"
             assert saving.is_alive()  # still waiting for the server
+            assert reading.is_alive()
             server = start_server(db_url, log, port=port)
             saving.join(timeout=30)
+            reading.join(timeout=30)
             assert got == [0]
+            assert read == ["not read before\n"]
             memory = w.service.find_memory(w.notes, "/log.md")
             assert memory.content == "one\ntwo\n"
             assert len(list(w.service.list_versions(w.notes, memory_id=memory.id))) == 2

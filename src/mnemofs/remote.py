@@ -468,6 +468,10 @@ class RemoteBackend:
     def unavailable(self) -> str | None:
         return self._revoked or self._down
 
+    @property
+    def unreachable_for(self) -> float | None:
+        return None if self._down is None else time.monotonic() - self._down_since
+
     def probe(self) -> None:
         """Reach the server again (the token too): ``Unavailable`` while it cannot be."""
         self._call("GET", f"{_PREFIX}/session", probing=True)

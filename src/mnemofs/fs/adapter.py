@@ -145,6 +145,23 @@ class Adapter(pyfuse3.Operations):
             if patience is not None:
                 self._pausing -= 1
 
+    async def _reading(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``call``, which may read the store (an open of a file not cached) and changes
+        nothing before that read: made again while the database or server has been away for
+        less than ``Patience.UNREACHABLE_S`` (a restart), after pauses in which other requests
+        are served, as a change waits (``_change``, ``Patience.unreachable``)."""
+        patience: errors.Patience | None = None
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except errors.Unavailable:
+                away = self.fs.service.unreachable_for
+                if away is None or away >= errors.Patience.UNREACHABLE_S:
+                    raise
+                patience = patience or errors.Patience()
+            loop.aside()
+            await trio.sleep(patience.pause())
+
     def _may_write(self, ctx: Any, ino: int, what: str) -> None:
         self.fs.check_write(ino, what, allowed=self.owner.allows(ctx.uid, ctx.gid, ctx.pid))
 
@@ -351,7 +368,8 @@ class Adapter(pyfuse3.Operations):
                 self._may_write(ctx, inode, "open for writing")
             else:
                 self._may_read(ctx)
-            fh = self.fs.open(
+            fh = await self._reading(
+                self.fs.open,
                 inode,
                 write=write,
                 truncate=bool(flags & os.O_TRUNC),

@@ -256,6 +256,11 @@ class FeedMixin(ServiceBase):
         """Why the database is unreachable, or None while it is reachable."""
         return self.db.unavailable
 
+    @property
+    def unreachable_for(self) -> float | None:
+        """Seconds since the database could no longer be reached; None while it can."""
+        return self.db.unreachable_for()
+
     def probe(self) -> None:
         """Try to reach the database again (blocking); ``Unavailable`` while it cannot be."""
         self.db.probe()

@@ -141,6 +141,9 @@ class Database:
         """Why the database is unreachable, or None while it is reachable."""
         return self._down
 
+    def unreachable_for(self) -> float | None:
+        return None if self._down is None else time.monotonic() - self._down_since
+
     def probe(self) -> None:
         """Try to reach the database (blocking); ``Unavailable`` while it still cannot be."""
         try:
