@@ -27,7 +27,8 @@ from mnemofs import errors
 from mnemofs.store import MemoryService, make_engine
 
 from .conftest import SKIP_PG_ENV
-from .mounted import mounted, wait_for
+from .mounted import mounted, remote_mount, wait_for
+from .served import start_server
 
 pytestmark = [pytest.mark.mounted, pytest.mark.postgres]
 
@@ -225,4 +226,36 @@ def test_postgres_restart_under_a_mount(pg_server: PgServer, tmp_path: Path) -> 
     with pytest.raises(errors.NotFound):
         service.find_memory(store, "/down.md")
     assert service.check().problems == []
+    service.close()
+
+
+def test_postgres_restart_under_a_server(pg_server: PgServer, tmp_path: Path) -> None:
+    """PostgreSQL restarted under ``mnemofs serve``: a sandbox's save made meanwhile waits
+    for it (the server answers the mount's change "ask again" while it cannot read the
+    caller) and is made once it is back; the mount answers the rest meanwhile."""
+    service = MemoryService(make_engine(pg_server.url), actor="api")
+    store = service.create_store("Served").id
+    session = service.create_session([{"memory_store_id": store}])
+    token = service.create_session_token(session.id).token
+    service.close()
+    root = tmp_path / "mnt"
+    server = start_server(pg_server.url, tmp_path / "server.log")
+    try:
+        with remote_mount(server.url, token, root):
+            folder = root / "served"
+            assert save(folder / "log.md", "one\n") == 0
+            pg_server.stop()
+            got: list[int] = []
+            saving = threading.Thread(target=lambda: got.append(save(folder / "log.md", "two\n")))
+            saving.start()
+            time.sleep(0.5)
+            assert os.listdir(folder) == ["log.md"]
+            assert saving.is_alive()  # still waiting for the database, through the server
+            pg_server.start()
+            saving.join(timeout=30)
+            assert got == [0]
+    finally:
+        server.stop()
+    service = MemoryService(make_engine(pg_server.url), actor="api")
+    assert service.find_memory(store, "/log.md").content == "two\n"
     service.close()

@@ -27,7 +27,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from mnemofs import limits
-from mnemofs.errors import MnemofsError, Unavailable, WriteWouldWait
+from mnemofs.errors import (
+    LAST_TRY,
+    WRITE_AT_ONCE_HEADER,
+    MnemofsError,
+    Patience,
+    Unavailable,
+    WriteWouldWait,
+)
 from mnemofs.http import memories, mounts, pools, sessions, stores, transfer
 from mnemofs.http.access import authenticate
 from mnemofs.http.bell import Bell
@@ -135,10 +142,22 @@ class Guard:
             except HttpError as exc:
                 return error_reply(exc.status, exc.type, exc.message, request_id), receive
             except MnemofsError as exc:
+                if _waits_out(exc, headers, service):
+                    return _would_wait(request_id), receive
                 code, type_ = domain_status(exc)
                 kind = type(exc).__name__
                 return error_reply(code, type_, exc.message, request_id, kind=kind), receive
         return None, receive
+
+
+def _waits_out(exc: MnemofsError, headers: dict[bytes, bytes], service: MemoryService) -> bool:
+    """Whether a remote mount's change whose caller could not be read, the database away for
+    less than a restart takes, should ask again (``Patience.unreachable``): nothing was done."""
+    attempt = headers.get(WRITE_AT_ONCE_HEADER.encode(), b"").decode("latin-1")
+    away = service.unreachable_for
+    if not isinstance(exc, Unavailable) or not attempt or attempt == LAST_TRY or away is None:
+        return False
+    return away < Patience.UNREACHABLE_S
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -176,11 +195,14 @@ async def _on_domain(request: Request, exc: Exception) -> Response:
 
 
 async def _on_would_wait(request: Request, exc: Exception) -> Response:
-    """A remote mount's change made at once found a lock taken: it asks again itself."""
-    message = "a lock this change needs is taken; nothing was changed: ask again"
-    return error_reply(
-        503, "overloaded_error", message, _request_id(request), kind="WriteWouldWait"
-    )
+    return _would_wait(_request_id(request))
+
+
+def _would_wait(request_id: str) -> Response:
+    """A remote mount's change made at once found a lock taken, or the database away for a
+    moment: it asks again itself."""
+    message = "a lock this change needs is taken, or the database is away: nothing changed"
+    return error_reply(503, "overloaded_error", message, request_id, kind="WriteWouldWait")
 
 
 async def _on_http(request: Request, exc: Exception) -> Response:
