@@ -145,22 +145,24 @@ class Adapter(pyfuse3.Operations):
             if patience is not None:
                 self._pausing -= 1
 
-    async def _reading(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``call``, which may read the store (an open of a file not cached) and changes
-        nothing before that read: made again while the database or server has been away for
-        less than ``Patience.UNREACHABLE_S`` (a restart), after pauses in which other requests
-        are served, as a change waits (``_change``, ``Patience.unreachable``)."""
-        patience: errors.Patience | None = None
+    async def _waiting_out(
+        self, failed: errors.Unavailable, call: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T:
+        """``call``, a read of the store (an open of a file not cached) that changed nothing
+        and ``failed``: made again while the database or server has been away for less than
+        ``Patience.UNREACHABLE_S`` (a restart), after pauses in which other requests are
+        served, as a change waits (``_change``, ``Patience.unreachable``)."""
+        patience = errors.Patience()
         while True:
-            try:
-                return call(*args, **kwargs)
-            except errors.Unavailable:
-                away = self.fs.service.unreachable_for
-                if away is None or away >= errors.Patience.UNREACHABLE_S:
-                    raise
-                patience = patience or errors.Patience()
+            away = self.fs.service.unreachable_for
+            if away is None or away >= errors.Patience.UNREACHABLE_S:
+                raise failed
             loop.aside()
             await trio.sleep(patience.pause())
+            try:
+                return call(*args, **kwargs)
+            except errors.Unavailable as exc:
+                failed = exc
 
     def _may_write(self, ctx: Any, ino: int, what: str) -> None:
         self.fs.check_write(ino, what, allowed=self.owner.allows(ctx.uid, ctx.gid, ctx.pid))
@@ -368,14 +370,16 @@ class Adapter(pyfuse3.Operations):
                 self._may_write(ctx, inode, "open for writing")
             else:
                 self._may_read(ctx)
-            fh = await self._reading(
-                self.fs.open,
-                inode,
-                write=write,
-                truncate=bool(flags & os.O_TRUNC),
-                append=bool(flags & os.O_APPEND),
-                write_only=write_only,
-            )
+            opening = {
+                "write": write,
+                "truncate": bool(flags & os.O_TRUNC),
+                "append": bool(flags & os.O_APPEND),
+                "write_only": write_only,
+            }
+            try:
+                fh = self.fs.open(inode, **opening)
+            except errors.Unavailable as exc:  # the file not cached, the store away
+                fh = await self._waiting_out(exc, self.fs.open, inode, **opening)
             return _file_info(fh, self.fs.keep_pages(inode), write_only)
         except Exception as exc:
             if write or flags & os.O_TRUNC:
