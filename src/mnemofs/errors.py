@@ -171,13 +171,17 @@ class Patience:
         return LAST_TRY if patience.over else TRY_AGAIN
 
     @classmethod
-    def unreachable(cls, refusal: Exception, attempt: object, down_since: float) -> Exception:
+    def waits_out(cls, away: float | None) -> bool:
+        """Whether a database or server that has been away ``away`` seconds (None: it is not)
+        is still waited for: the outage may be a restart."""
+        return away is not None and away < cls.UNREACHABLE_S
+
+    @classmethod
+    def unreachable(cls, refusal: Exception, attempt: object, away: float | None) -> Exception:
         """What a write that could not reach its database or server raises, nothing sent:
-        a first write at once (``attempt``, its ``write_at_once``; false when there is none),
-        until ``UNREACHABLE_S`` after the outage began (``down_since``, ``time.monotonic``),
-        ``WriteWouldWait``, so that a mount waits out a restart while it serves the rest;
-        ``refusal`` otherwise, and on the last try."""
-        waited = time.monotonic() - down_since
-        if attempt and attempt != LAST_TRY and waited < cls.UNREACHABLE_S:
-            return WriteWouldWait(f"{refusal} (waiting for it: {waited:.1f} s)")
+        for a first write at once (``attempt``, its ``write_at_once``; false when there is
+        none) while ``waits_out(away)``, ``WriteWouldWait``, so that a mount waits out a
+        restart while it serves the rest; ``refusal`` otherwise, and on the last try."""
+        if attempt and attempt != LAST_TRY and cls.waits_out(away):
+            return WriteWouldWait(f"{refusal} (waiting for it: {away:.1f} s)")
         return refusal

@@ -142,7 +142,7 @@ class RemoteBackend:
             at_once = None
         if self._down is not None and self._fail_fast and not probing:
             refusal = errors.Unavailable(f"the server is unreachable: {self._down}")
-            raise errors.Patience.unreachable(refusal, at_once, self._down_since)
+            raise errors.Patience.unreachable(refusal, at_once, self.unreachable_for)
         target = self._base + path
         if query:
             target += "?" + urlencode(query, doseq=True)
@@ -192,7 +192,7 @@ class RemoteBackend:
         refusal = errors.Unavailable(
             f"the server is unreachable ({why}); nothing is known to have changed"
         )
-        return errors.Patience.unreachable(refusal, at_once, self._down_since)
+        return errors.Patience.unreachable(refusal, at_once, self.unreachable_for)
 
     def _refusal(self, status: int, payload: bytes) -> Exception:
         try:

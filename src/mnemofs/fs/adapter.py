@@ -154,8 +154,7 @@ class Adapter(pyfuse3.Operations):
         served, as a change waits (``_change``, ``Patience.unreachable``)."""
         patience = errors.Patience()
         while True:
-            away = self.fs.service.unreachable_for
-            if away is None or away >= errors.Patience.UNREACHABLE_S:
+            if not errors.Patience.waits_out(self.fs.service.unreachable_for):
                 raise failed
             loop.aside()
             await trio.sleep(patience.pause())

@@ -28,7 +28,6 @@ from starlette.responses import Response
 
 from mnemofs import limits
 from mnemofs.errors import (
-    LAST_TRY,
     WRITE_AT_ONCE_HEADER,
     MnemofsError,
     Patience,
@@ -154,10 +153,9 @@ def _waits_out(exc: MnemofsError, headers: dict[bytes, bytes], service: MemorySe
     """Whether a remote mount's change whose caller could not be read, the database away for
     less than a restart takes, should ask again (``Patience.unreachable``): nothing was done."""
     attempt = headers.get(WRITE_AT_ONCE_HEADER.encode(), b"").decode("latin-1")
-    away = service.unreachable_for
-    if not isinstance(exc, Unavailable) or not attempt or attempt == LAST_TRY or away is None:
+    if not isinstance(exc, Unavailable):
         return False
-    return away < Patience.UNREACHABLE_S
+    return isinstance(Patience.unreachable(exc, attempt, service.unreachable_for), WriteWouldWait)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

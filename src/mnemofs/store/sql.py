@@ -529,7 +529,7 @@ class Database:
                 if self._down is None:
                     raise
                 # No connection (a broken one rolled back what it had): nothing done.
-                raise Patience.unreachable(exc, armed, self._down_since) from None
+                raise Patience.unreachable(exc, armed, self.unreachable_for()) from None
             except self._driver_error as exc:
                 transient, broken = self._classify(exc)
                 if once:
@@ -548,7 +548,7 @@ class Database:
                         continue
                     self._mark_down(first_line(exc))
                     refusal = driver_failure(exc)
-                    raise Patience.unreachable(refusal, armed, self._down_since) from exc
+                    raise Patience.unreachable(refusal, armed, self.unreachable_for()) from exc
                 if not transient or attempt == _RETRIES - 1:
                     raise driver_failure(exc) from exc
             time.sleep(delay)
