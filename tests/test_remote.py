@@ -64,6 +64,11 @@ def write(path: Path, text: str) -> None:
         f.write(text)
 
 
+def append(path: Path) -> None:
+    with open(path, "a") as f:
+        f.write("two\n")
+
+
 def test_a_token_reaches_its_own_stores_only(engine: Engine, db_url: str, tmp_path: Path) -> None:
     """The mount's own calls, made by a process that holds the token: another session's store
     is not found, a read_only store refuses writes at the server too."""
@@ -138,11 +143,6 @@ def test_a_save_waits_out_a_server_restart(engine: Engine, db_url: str, tmp_path
             assert daemon.process.poll() is None
     finally:
         server.stop()
-
-
-def append(path: Path) -> None:
-    with open(path, "a") as f:
-        f.write("two\n")
 
 
 def test_a_server_down_fails_saves_and_the_mount_catches_up(

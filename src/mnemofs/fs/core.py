@@ -7,11 +7,13 @@ adapter). The store owns every rule about memories; this module decides *when* t
 Concurrency contract: ``MemoryFs`` is used from the trio thread only, one request at a time
 between awaits; no method awaits, so each runs atomically with respect to the others. Store
 calls block that thread (a local SQLite commit is ~100 µs, cheaper than a thread hop), with
-one exception: a change whose first write finds a lock held by another process (SQLite's; on
-PostgreSQL a store's row) gets ``WriteWouldWait`` and is made again after a pause in which
-other requests are served (``Adapter._change``). So a change must leave the tree exactly as
-it was until its first store write (a method that changes something before it puts it back
-on ``WriteWouldWait``).
+two exceptions, each made again after pauses in which other requests are served: a change
+whose first write finds a lock held by another process (SQLite's; on PostgreSQL a store's
+row), or its database or server away for a moment (``Patience.unreachable``), gets
+``WriteWouldWait`` (``Adapter._change``); and an open whose read of the store fails while it
+is away (``Adapter._waiting_out``). So a change must leave the tree exactly as it was until
+its first store write (a method that changes something before it puts it back on
+``WriteWouldWait``), and ``open`` as it was until its read.
 
 How files become versions
 - A file's bytes live in one ``OpenFile`` buffer shared by every descriptor on it, so reads

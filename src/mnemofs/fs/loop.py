@@ -19,11 +19,12 @@ sleep in between wakes up on a cold CPU (on this machine's VM a wake-up costs mo
 ``stat``, and the request after it runs up to twice as slow). Outside a burst (an agent's
 occasional ``cat``) nothing spins, so an idle or lightly used mount burns no CPU.
 
-A mount runs one worker task, and its handlers never wait, with one exception: a change whose
+A mount runs one worker task, and its handlers never wait, with two exceptions: a change whose
 write finds a lock taken by another process (SQLite's, held by a CLI's import of a whole
-store; on PostgreSQL a store's row, held by its restore) pauses and tries again
-(``adapter.Adapter._change``) rather than block the thread and, with it, every request of
-the mount. Before each pause it calls ``aside``: another task reads
+store; on PostgreSQL a store's row, held by its restore) or its database or server away for a
+moment (a restart) pauses and tries again (``adapter.Adapter._change``), and so does an open
+whose read found it away (``Adapter._waiting_out``), rather than block the thread and, with
+it, every request of the mount. Before each pause it calls ``aside``: another task reads
 and serves the requests meanwhile, a parked one or a new one (``pyfuse3._session_loop`` in the
 mount's nursery, at most ``MAX_SPARES`` in all). Only one task at a time waits for the fd
 (``_Turns.reader``): the others park until a pause wants one of them, or the session ends.
