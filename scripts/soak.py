@@ -1,7 +1,7 @@
 """A soak of real use: one mount under two busy writers, a grep loop, a CLI loop and a sync
 worker on a second session of the same store. Samples disk and memory; ends with a verdict.
 
-    scripts/soak [SECONDS] [--postgres] [--every 15] [--keep]
+    scripts/soak [SECONDS] [--postgres] [--remote] [--every 15] [--keep]
 
 What runs, all as separate processes, for SECONDS (default 600):
 - a mount of session A; two writers in it create, rewrite (``open(p, "w")``), append
@@ -10,13 +10,18 @@ What runs, all as separate processes, for SECONDS (default 600):
 - ``grep -r`` over the mount in a loop, and a CLI loop creating (and deleting older) memories;
 - ``mnemofs sync`` of session B (the same store) into a folder, every 2 s.
 
+With ``--remote``, a sandbox's deployment: the mount and the sync worker hold only their
+sessions' tokens and reach the database through ``mnemofs serve`` on loopback (the CLI loop
+stays an admin's, on the database); the server's RSS and descriptors are sampled and bounded
+as the mount's are.
+
 Every ``--every`` seconds it prints the SQLite ``-wal`` size (the largest seen each second), the
 database size, the mount daemon's RSS and open descriptors, saves/s and errors by errno. At the
 end the writers stop, the sync worker gets SIGTERM (its final reconcile) and the folder is
 compared with the store, path by path. The verdict fails on a WAL over 64 MiB at any sample,
-daemon RSS growing more than 8 MiB after warm-up (a third of the run, at most 2 minutes), open
-descriptors growing, any error other than ENOENT (the writers race each other's renames and
-deletes), or any difference between folder and store.
+daemon RSS (and the server's) growing more than 8 MiB after warm-up (a third of the run, at
+most 2 minutes), open descriptors growing, any error other than ENOENT (the writers race each
+other's renames and deletes), or any difference between folder and store.
 """
 
 from __future__ import annotations
@@ -143,9 +148,9 @@ def differences(db: str, store: str, folder: Path) -> list[str]:
     finally:
         service.close()
     on_disk: dict[str, str] = {}
-    for path in folder.rglob("*"):
-        if path.is_file():
-            on_disk["/" + str(path.relative_to(folder))] = path.read_text()
+    for file in folder.rglob("*"):
+        if file.is_file():
+            on_disk["/" + str(file.relative_to(folder))] = file.read_text()
     out = []
     for path in sorted(set(in_store) | set(on_disk)):
         if path not in on_disk:
@@ -172,7 +177,32 @@ def pg_admin_sql(url: str, statement: str) -> None:
     import psycopg
 
     with psycopg.connect("postgresql://" + url.partition("://")[2], autocommit=True) as conn:
-        conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(statement)
+
+
+# -- the server (--remote) -----------------------------------------------------------------------
+
+
+def serve(me: list[str], log: Path) -> tuple[subprocess.Popen[str], str]:
+    """``mnemofs serve`` on a free loopback port, once it answers: the process and its URL."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = spawn([*me, "serve", "--port", str(port)], log, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2).close()
+            return server, url
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise SystemExit(f"the server did not start:\n{log.read_text()}") from None
+            time.sleep(0.05)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -184,6 +214,9 @@ def main() -> int:
     parser.add_argument("--every", type=float, default=15.0, help="seconds between samples")
     parser.add_argument(
         "--postgres", action="store_true", help="use the PostgreSQL server in $MNEMOFS_TEST_PG_URL"
+    )
+    parser.add_argument(
+        "--remote", action="store_true", help="mount and sync through a server, with tokens"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -204,7 +237,7 @@ def main() -> int:
     stats_dir.mkdir()
     stop_flag = work / "stop"
     procs: list[subprocess.Popen[str]] = []
-    daemon = syncer = None
+    daemon = syncer = server = None
     try:
         store = json.loads(mnemofs(db, "--json", "stores", "create", "soak").stdout)["id"]
         sess_a = json.loads(
@@ -219,10 +252,24 @@ def main() -> int:
         )["id"]
         mnt.mkdir()
         me = [sys.executable, "-m", "mnemofs", "--db", db]
+        # Who the mount and the sync worker are: the database and a session, or a server and
+        # the session's token (and the environment that carries it).
+        as_a: list[str] = [*me, "mount", "--session", sess_a]
+        as_b: list[str] = [*me, "sync", "--session", sess_b]
+        env_a = env_b = dict(os.environ)
+        if args.remote:
+            server, url = serve(me, work / "server.log")
+            bare = [sys.executable, "-m", "mnemofs"]
+            as_a, as_b = [*bare, "mount", "--server", url], [*bare, "sync", "--server", url]
+            tokens = (mnemofs(db, "sessions", "token", i).stdout for i in (sess_a, sess_b))
+            token_a, token_b = tokens
+            env_a = {**os.environ, "MNEMOFS_TOKEN": token_a.strip()}
+            env_b = {**os.environ, "MNEMOFS_TOKEN": token_b.strip()}
         daemon = spawn(
-            [*me, "mount", "--session", sess_a, "--root", str(mnt), "--foreground"],
+            [*as_a, "--root", str(mnt), "--foreground"],
             work / "mount.log",
             stdout=subprocess.PIPE,
+            env=env_a,
         )
         assert daemon.stdout is not None
         if not daemon.stdout.readline().startswith("mnemofs: mounted"):
@@ -233,10 +280,7 @@ def main() -> int:
             (root / f"d{d}").mkdir(exist_ok=True)
         syncer = spawn(
             [
-                *me,
-                "sync",
-                "--session",
-                sess_b,
+                *as_b,
                 "--root",
                 str(folder),
                 "--interval",
@@ -245,6 +289,7 @@ def main() -> int:
             ],
             work / "sync.log",
             stdout=subprocess.DEVNULL,
+            env=env_b,
         )
         for seed in (1, 2):
             procs.append(
@@ -272,15 +317,19 @@ def main() -> int:
         )
         procs.append(spawn(["bash", "-c", cli_loop], work / "cli.log"))
 
+        through = f" through a server (pid {server.pid})" if server is not None else ""
         print(
-            f"soak: {args.seconds:.0f} s on {'PostgreSQL' if args.postgres else 'SQLite'}; "
-            f"mount pid {daemon.pid}; work dir {work}"
+            f"soak: {args.seconds:.0f} s on {'PostgreSQL' if args.postgres else 'SQLite'}"
+            f"{through}; mount pid {daemon.pid}; work dir {work}"
         )
+        served = f"{'server RSS':>12}  {'fds':>4}  " if server is not None else ""
         print(
             f"{'t':>5}  {'WAL (max)':>12}  {'database':>12}  {'mount RSS':>12}  {'fds':>4}  "
-            f"{'saves/s':>8}  errors"
+            f"{served}{'saves/s':>8}  errors"
         )
-        samples: list[tuple[float, int, int, int]] = []  # (t, wal max, rss, fds)
+        # (t, WAL max, then RSS and descriptors of each process watched: the mount's, the server's)
+        samples: list[tuple[float, int, list[tuple[int, int]]]] = []
+        watched = [("mount", daemon)] + ([("server", server)] if server is not None else [])
         start = time.monotonic()
         wal_max = wal_max_all = 0
         last_saves, last_t = 0, start
@@ -293,7 +342,7 @@ def main() -> int:
                 wal_max = max(wal_max, size_of(wal))
             if now < next_sample and now - start < args.seconds:
                 continue
-            rss, fds = rss_and_fds(daemon.pid)
+            usage = [rss_and_fds(p.pid) for _, p in watched]
             saves, errors = 0, Counter()
             for f in stats_dir.glob("*.json"):
                 with open(f) as fh:
@@ -303,14 +352,14 @@ def main() -> int:
             rate = (saves - last_saves) / (now - last_t)
             last_saves, last_t = saves, now
             t = now - start
-            samples.append((t, wal_max, rss, fds))
+            samples.append((t, wal_max, usage))
             wal_max_all = max(wal_max_all, wal_max)
             db_size = size_of(db) if wal else 0
             shown = ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none"
+            used = "".join(f"{mib(rss)}  {fds:4d}  " for rss, fds in usage)
             print(
                 f"{t:5.0f}  {mib(wal_max) if wal else '         n/a':>12}  "
-                f"{mib(db_size) if wal else '         n/a':>12}  {mib(rss)}  {fds:4d}  "
-                f"{rate:8.0f}  {shown}",
+                f"{mib(db_size) if wal else '         n/a':>12}  {used}{rate:8.0f}  {shown}",
                 flush=True,
             )
             wal_max = 0
@@ -332,13 +381,13 @@ def main() -> int:
         if wal and wal_max_all >= WAL_LIMIT:
             verdict.append(f"the WAL reached {mib(wal_max_all).strip()} (limit 64 MiB)")
         warm = [s for s in samples if s[0] >= min(120.0, args.seconds / 3)]
-        if len(warm) >= 2:
-            growth = warm[-1][2] - min(s[2] for s in warm[:2])
+        for i, (name, _) in enumerate(watched if len(warm) >= 2 else []):
+            growth = warm[-1][2][i][0] - min(s[2][i][0] for s in warm[:2])
             if growth > RSS_GROWTH_LIMIT:
-                verdict.append(f"mount RSS grew {mib(growth).strip()} after warm-up")
-            fd_growth = warm[-1][3] - warm[0][3]
+                verdict.append(f"{name} RSS grew {mib(growth).strip()} after warm-up")
+            fd_growth = warm[-1][2][i][1] - warm[0][2][i][1]
             if fd_growth > FD_GROWTH_LIMIT:
-                verdict.append(f"open descriptors grew by {fd_growth}")
+                verdict.append(f"the {name}'s open descriptors grew by {fd_growth}")
         unexpected = {k: v for k, v in errors.items() if k not in EXPECTED_ERRORS}
         if unexpected:
             verdict.append(f"unexpected errors: {unexpected}")
@@ -364,6 +413,12 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 daemon.kill()
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, check=False)
+        if server is not None:  # after its clients
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
         if pg_name:
             pg_admin_sql(pg_admin, f"DROP DATABASE IF EXISTS {pg_name} WITH (FORCE)")
         if args.keep:
