@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from mnemofs.errors import NotFound
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import errno_of, mounted, wait_for
 
 pytestmark = pytest.mark.mounted
+QUIET_S = 1.0  # a mount that saved is quiet again after this (SEARCH_QUIET_S, its looks)
 
 
 @dataclass
@@ -154,3 +157,44 @@ def test_a_lost_update_is_named(env: Env) -> None:
     history = env.root / "notes" / ".history" / "todo.md"
     contents = [(history / n).read_text() for n in sorted(os.listdir(history))]
     assert contents == ["one\n", "from B\n", "from A\n"]
+
+
+def test_what_a_save_evicted_leaves_the_mount(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """A create in a full ``evict-lru`` store, or in an evicting capacity pool (from another
+    attached store), deletes the least recently accessed memory in its own transaction. The
+    mount shows the create as it makes it; the eviction is shown within a second too, and
+    listed. A local SQLite mount took every move since its last look as its own (nobody else
+    had committed) and went on showing the evicted files, with their old content, for good."""
+    service = MemoryService(engine, actor="api")
+    cache = service.create_store("Cache", on_full="evict-lru", max_memories=2).id
+    mine, theirs = service.create_store("Mine").id, service.create_store("Theirs").id
+    pool = service.create_pool("agent", 1, on_full="evict-lru")
+    service.set_pool([mine, theirs], pool.id)
+    service.create_memory(theirs, "/old.md", "theirs, least recently accessed\n")
+    root = tmp_path / "mnt"
+    session = service.create_session(
+        [{"memory_store_id": s} for s in (cache, mine, theirs)], mount_root=str(root)
+    )
+    try:
+        with mounted(db_url, session.id, root):
+            for name in ("a", "b"):
+                (root / "cache" / f"{name}.md").write_text(f"{name}\n")
+                time.sleep(0.01)  # accessed in turn
+            # Each evicting create made once the mount is quiet (its looks done, the search
+            # index caught up), so that nothing but the create commits before its look.
+            time.sleep(QUIET_S)
+            (root / "cache" / "c.md").write_text("c\n")  # the store is full: a.md goes
+            assert wait_for(lambda: not (root / "cache" / "a.md").exists(), timeout=3.0)
+            time.sleep(QUIET_S)
+            (root / "mine" / "new.md").write_text("new\n")  # the pool holds one: old.md goes
+            assert wait_for(lambda: not (root / "theirs" / "old.md").exists(), timeout=3.0)
+            assert sorted(os.listdir(root / "cache")) == ["b.md", "c.md"]
+            assert os.listdir(root / "mine") == ["new.md"]
+            assert errno_of((root / "cache" / "a.md").read_text) == errno.ENOENT
+            changes = (root / ".mnemofs" / "changes").read_text()
+            assert "cache/a.md  deleted  by evict" in changes
+            assert "theirs/old.md  deleted  by evict" in changes
+        with pytest.raises(NotFound):
+            service.find_memory(cache, "/a.md")
+    finally:
+        service.close()

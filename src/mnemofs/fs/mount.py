@@ -206,6 +206,10 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                     listener = None
             changed_last = changed
             try:
+                if adopt and not changed:
+                    # Nobody else wrote: what moved is ours, taken as seen, unless that cannot
+                    # be said (an eviction a save made, a change the tree may not show yet).
+                    changed = not fs.adopt_own(seen)
                 if changed:
                     # Only a look that found news counts toward LOOK_INTERVAL_S: a commit is
                     # heard at its first write, often before it is visible, and the look that
@@ -213,8 +217,6 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                     looked = trio.current_time()
                     await drop_caches(fs.refresh())
                     rest.wake()
-                elif adopt:
-                    fs.adopt_own(seen)  # nobody else wrote: what moved is ours
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
                     promoted = time.monotonic()
                     if fs.promote_temporaries():

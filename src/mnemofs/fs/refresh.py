@@ -75,19 +75,20 @@ class RefreshMixin(FilesMixin):
         out += self._sync_directories(mount, directories)
         return last
 
-    def adopt_own(self, version: int | None) -> None:
+    def adopt_own(self, version: int | None) -> bool:
         """After a look that heard no other writer (SQLite's ``data_version`` still
         ``version`` on this thread): what moved the stores' revisions and change feeds since
         the last look is this mount's own changes, which the tree showed as it made them, so
         take them as seen. Otherwise the next refresh (the upkeep's commits, on a connection
         of their own, trigger one about every 2 s while saves go on) read every one of them
-        back to find nothing new: ~35 ms on the request thread for 2 s of saves. Nothing is
-        taken while the tree may be behind (``in_step``); a refresh catches up then."""
+        back to find nothing new: ~35 ms on the request thread for 2 s of saves. False, and
+        nothing taken, while the tree may be behind (``in_step``) or when the store cannot say
+        the moves were all the tree's own (an eviction a save made): the caller refreshes."""
         if not self.in_step:
-            return
+            return False
         heads = self.service.own_since([m.store_id for m in self.mounts], version)
         if heads is None:
-            return
+            return False
         for mount in self.mounts:
             head = heads.get(mount.store_id)
             if head is None:
@@ -95,6 +96,7 @@ class RefreshMixin(FilesMixin):
             state, last_seq = head
             mount.revision, mount.count = state.revision, state.memory_count
             mount.last_seq = max(mount.last_seq, last_seq)
+        return True
 
     def _heard(self, mount: StoreMount, change: Change) -> None:
         """A change by someone else goes into ``.mnemofs/changes``, and its file remembers it

@@ -88,6 +88,9 @@ class ServiceBase:
         self._saved_lock = threading.Lock()  # the HTTP server saves from several threads
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
+        # An eviction made here since ``own_since`` last asked (eviction.py): its caller's
+        # tree does not show it, so those writes cannot be taken as the caller's own.
+        self.evicted = False
         self.search_trail = SearchTrail(self.db)
 
     def close(self) -> None:

@@ -107,7 +107,12 @@ class FeedMixin(ServiceBase):
         this thread's own writes. None when that cannot be said (another connection committed,
         or the database keeps no ``data_version``: PostgreSQL). A mount that shows its own
         writes as it makes them takes these as seen, so the next look for others' changes
-        does not read its own back (``RefreshMixin.adopt_own``)."""
+        does not read its own back (``RefreshMixin.adopt_own``). Nor after this service
+        evicted a memory (``evict-lru``, in a create's transaction: its caller shows the
+        create, not the eviction), once: the look it answers reads the eviction back."""
+        if self.evicted:
+            self.evicted = False
+            return None
         if version is None or not store_ids:
             return None
         in_list, params = _placeholders("s", list(store_ids))
