@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from mnemofs.models import Memory
 from mnemofs.store import MemoryService, make_engine
 
 from .mounted import mounted, wait_for
@@ -83,20 +84,36 @@ def shows(path: Path, text: str) -> bool:
         return False
 
 
+def _settings(max_examples: int) -> settings:
+    """A state machine's runs: ``max_examples`` of 15 steps, each as slow as a mount is."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=15,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
+def _store_mounted(
+    base: Path, name: str, **store: Any
+) -> Iterator[tuple[MemoryService, str, Path]]:
+    """A new SQLite database at ``base`` with one store, mounted (by ``mounted.VIA``)."""
+    url = f"sqlite:///{base / 'db.sqlite'}"
+    engine = make_engine(url)
+    service = MemoryService(engine, actor="api")
+    store_id = service.create_store(name, **store).id
+    session = service.create_session([{"memory_store_id": store_id}], mount_root=str(base / "mnt"))
+    with mounted(url, session.id, base / "mnt"):
+        yield service, store_id, base / "mnt" / name.lower()
+    service.close()
+    engine.dispose()
+
+
 @pytest.fixture(scope="module")
 def mount_env(
     tmp_path_factory: pytest.TempPathFactory, mount_via: str
 ) -> Iterator[tuple[MemoryService, str, Path]]:
-    base = tmp_path_factory.mktemp("diff")
-    url = f"sqlite:///{base / 'db.sqlite'}"
-    engine = make_engine(url)
-    service = MemoryService(engine, actor="api")
-    store = service.create_store("Diff").id
-    session = service.create_session([{"memory_store_id": store}], mount_root=str(base / "mnt"))
-    with mounted(url, session.id, base / "mnt"):
-        yield service, store, base / "mnt" / "diff"
-    service.close()
-    engine.dispose()
+    yield from _store_mounted(tmp_path_factory.mktemp("diff"), "Diff")
 
 
 def test_mount_behaves_like_a_directory(
@@ -220,12 +237,7 @@ def test_mount_behaves_like_a_directory(
 
     run_state_machine_as_test(
         Differential,
-        settings=settings(
-            max_examples=15,
-            stateful_step_count=15,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
+        settings=_settings(max_examples=15),
     )
 
 
@@ -235,15 +247,7 @@ def evicting_env(
 ) -> Iterator[tuple[MemoryService, str, Path]]:
     """A mount of a store that holds 2 memories and evicts the least recently accessed."""
     base = tmp_path_factory.mktemp("evict")
-    url = f"sqlite:///{base / 'db.sqlite'}"
-    engine = make_engine(url)
-    service = MemoryService(engine, actor="api")
-    store = service.create_store("Evicting", on_full="evict-lru", max_memories=2).id
-    session = service.create_session([{"memory_store_id": store}], mount_root=str(base / "mnt"))
-    with mounted(url, session.id, base / "mnt"):
-        yield service, store, base / "mnt" / "evicting"
-    service.close()
-    engine.dispose()
+    yield from _store_mounted(base, "Evicting", on_full="evict-lru", max_memories=2)
 
 
 def test_an_evicting_store_s_mount_shows_what_the_store_holds(
@@ -261,6 +265,7 @@ def test_an_evicting_store_s_mount_shows_what_the_store_holds(
         return {
             m.path.lstrip("/"): service.get_memory(store, m.id, count_access=False).content or ""
             for m in service.list_memories(store)
+            if isinstance(m, Memory)
         }
 
     def in_mount() -> dict[str, str] | None:
@@ -311,10 +316,5 @@ def test_an_evicting_store_s_mount_shows_what_the_store_holds(
 
     run_state_machine_as_test(
         Evicting,
-        settings=settings(
-            max_examples=10,
-            stateful_step_count=15,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        ),
+        settings=_settings(max_examples=10),
     )
