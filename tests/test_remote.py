@@ -381,6 +381,84 @@ def test_a_mount_s_own_burst_does_not_make_it_poll_at_every_save(
         assert polls <= took / POLL_PACE_S + 3, (polls, took)
 
 
+def test_a_writing_mount_does_not_read_its_own_saves_back(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """While the mount saves, its poll answers at once (its own saves move the store), and
+    each look read them back through the server: three requests on the mount's thread about
+    20 times a second, 6-15% of its changes. Each change's reply now says what it left the
+    store at (moves.py), and a look that finds only those takes them as seen: no feed read.
+    A change made elsewhere meanwhile is a gap, and shows."""
+    w = World(engine)
+    with serving(db_url, tmp_path / "server.log") as server:
+        with remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"):
+            notes = tmp_path / "mnt" / "notes"
+            assert os.listdir(notes) == []  # up, and its first look done
+            time.sleep(0.2)
+            feed = f"/mnemofs/v1/memory_stores/{w.notes}/changes"
+            looks_before = len(server.requests("GET", feed))
+            states_before = len(server.requests("GET", "/mnemofs/v1/store_states"))
+            started = time.monotonic()
+            i = 0
+            while time.monotonic() - started < 1.0:  # saves, appends, renames, deletes
+                write(notes / f"{i % 20}.md", f"note {i}\n")
+                append(notes / f"{i % 20}.md")
+                if i % 5 == 4:
+                    os.rename(notes / f"{i % 20}.md", notes / f"r{i % 20}.md")
+                    os.unlink(notes / f"r{i % 20}.md")
+                i += 1
+            time.sleep(0.3)  # the last look
+            looks = len(server.requests("GET", feed)) - looks_before
+            states = len(server.requests("GET", "/mnemofs/v1/store_states")) - states_before
+            w.service.create_memory(w.notes, "/elsewhere.md", "made elsewhere\n")
+            while not (notes / "elsewhere.md").exists():  # shown while the mount writes on
+                assert time.monotonic() - started < 10, "a change made elsewhere never showed"
+                write(notes / f"{i % 20}.md", f"note {i}\n")
+                i += 1
+        assert w.service.find_memory(w.notes, "/elsewhere.md").content == "made elsewhere\n"
+        assert states >= 5, states  # it did look
+        assert looks == 0, (looks, states, i)
+
+
+def test_a_change_reports_only_what_it_moved(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """A server's reply to a mount's change names what that change left its store at, and
+    only that: an admin's write through the same server, right before, is not the mount's to
+    take as its own (its tree would never show it)."""
+    w = World(engine)
+    memory = w.service.create_memory(w.notes, "/a.md", "one\n")
+    key = w.service.create_api_key("admin").key
+    assert key is not None
+
+    def revision() -> int:
+        return w.service.store_states([w.notes])[w.notes].revision  # type: ignore[index]
+
+    with serving(db_url, tmp_path / "server.log") as server:
+        backend = RemoteBackend(server.url, token_for(db_url, w.session.id))
+        try:
+            before = revision()
+            backend.write_at_once()
+            backend.save_file(w.notes, "/a.md", "two\n", memory_id=memory.id)
+            mine = revision()
+            request = urllib.request.Request(
+                f"{server.url}/v1/memory_stores/{w.notes}/memories/{memory.id}",
+                data=json.dumps({"content": "three\n"}).encode(),
+                headers={"x-api-key": key, "content-type": "application/json"},
+                method="POST",
+            )
+            urllib.request.urlopen(request, timeout=10).close()
+            theirs = revision()
+            backend.write_at_once()
+            backend.save_file(w.notes, "/a.md", "four\n", memory_id=memory.id)
+            last = revision()
+            assert before < mine < theirs < last
+            kept = backend.moves._moves[w.notes]
+            assert set(kept) == {mine, last}  # the admin's is not among them
+            assert backend.own_moves(w.notes, before, mine) is not None
+            assert backend.own_moves(w.notes, mine, last) is None  # the admin's between
+        finally:
+            backend.close()
+
+
 def test_an_idle_remote_mount_sends_nothing_but_its_poll(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ import select
 import socket
 from typing import Protocol
 
+from mnemofs.errors import MOVED_HEADER as MOVED
+
 # A server that has not taken a connection by then is not there (a SYN is sent again at 1, 3
 # and 7 s: a lossy link connects within it).
 CONNECT_TIMEOUT_S = 10.0
@@ -42,8 +44,9 @@ def _opened(sock: socket.socket, timeout: float) -> socket.socket:
 class Connection(Protocol):
     def exchange(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, str, bytes]:
-        """Send one request; its status, its ``connection`` header (lowercase) and body."""
+    ) -> tuple[int, str, bytes, str]:
+        """Send one request; its status, its ``connection`` header (lowercase), body and
+        ``mnemofs-moved`` header ("" for none: ``errors.MOVED_HEADER``)."""
         ...
 
     def closed(self) -> bool:
@@ -70,7 +73,7 @@ class PlainConnection:
 
     def exchange(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, str, bytes]:
+    ) -> tuple[int, str, bytes, str]:
         head = f"{method} {target} HTTP/1.1\r\n{self._host}"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         head += f"content-length: {len(body) if body else 0}\r\n\r\n"
@@ -93,7 +96,7 @@ class PlainConnection:
             self._recv()
         payload = bytes(self._buf[:size])
         del self._buf[:size]
-        return status, fields.get("connection", "").lower(), payload
+        return status, fields.get("connection", "").lower(), payload, fields.get(MOVED, "")
 
     def closed(self) -> bool:
         # Between requests nothing is due: anything to read is the server's close (or a
@@ -129,11 +132,12 @@ class HttpsConnection:
 
     def exchange(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, str, bytes]:
+    ) -> tuple[int, str, bytes, str]:
         self._conn.request(method, target, body=body, headers=headers)
         response = self._conn.getresponse()
         payload = response.read()
-        return response.status, (response.getheader("connection") or "").lower(), payload
+        connection = (response.getheader("connection") or "").lower()
+        return response.status, connection, payload, response.getheader(MOVED) or ""
 
     def closed(self) -> bool:
         return False  # not asked of TLS (its records may come unasked): found when used

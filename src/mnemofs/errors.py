@@ -132,6 +132,10 @@ class WriteWouldWait(Exception):
 # back as a 503 whose ``error.mnemofs_error`` is "WriteWouldWait", and the mount asks again.
 WRITE_AT_ONCE_HEADER = "mnemofs-write-at-once"
 FIRST_TRY, TRY_AGAIN, LAST_TRY = "1", "again", "last"
+# The reply to such a change names what it left its store at (``ServiceBase.take_moved``):
+# "<store id> <revision> <end of the change feed>". A mount then takes the revisions its own
+# changes made as seen, rather than read those changes back.
+MOVED_HEADER = "mnemofs-moved"
 
 
 class Patience:

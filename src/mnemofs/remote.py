@@ -54,6 +54,7 @@ from mnemofs.models import (
     StoreState,
     VersionId,
 )
+from mnemofs.moves import OwnMoves
 
 log = logging.getLogger("mnemofs.remote")
 
@@ -99,6 +100,7 @@ class RemoteBackend:
         self._revoked: str | None = None
         self._fail_fast = False
         self._accessed: dict[str, set[str]] = {}
+        self.moves = OwnMoves()  # what its own changes reported (moves.py)
         self._accessed_since = 0.0  # when the first read now noted was
         self._lock = threading.Lock()
         self._session: Session | None = None
@@ -161,7 +163,7 @@ class RemoteBackend:
             except (OSError, http.client.HTTPException) as exc:
                 raise self._unreachable(exc, at_once) from None
             try:
-                status, connection, payload = conn.exchange(method, target, data, headers)
+                status, connection, payload, moved = conn.exchange(method, target, data, headers)
                 break
             except (OSError, http.client.HTTPException) as exc:
                 # A kept-alive connection the server had closed: a read is safe to send again.
@@ -179,6 +181,8 @@ class RemoteBackend:
             self._down = None
         if status >= 400:
             raise self._refusal(status, payload)
+        if moved:
+            self.moves.note(moved)
         return json.loads(payload) if payload else None
 
     def _unreachable(self, exc: Exception, at_once: str | None) -> Exception:
@@ -425,6 +429,9 @@ class RemoteBackend:
         self, store_ids: list[str], version: int | None
     ) -> dict[StoreId, tuple[StoreState, int]] | None:
         return None  # a server's database has no data_version to say nobody else wrote
+
+    def own_moves(self, store_id: str, seen: int, now: int) -> int | None:
+        return self.moves.since(store_id, seen, now)
 
     def commit_files(self) -> list[str]:
         return []

@@ -22,13 +22,15 @@ class RefreshMixin(FilesMixin):
 
     def refresh(self) -> list[Invalidation]:
         """Bring the tree up to date with the store; say which kernel caches to drop."""
-        self.in_step = False  # until this refresh has run to its end
+        in_step, self.in_step = self.in_step, False  # False until this refresh has ended
         states = self.service.store_states([m.store_id for m in self.mounts])
         out: list[Invalidation] = []
         self.dirs_changed.clear()  # what our own requests changed, the kernel knows of
         for mount in self.mounts:
             state = states.get(mount.store_id)
             if state is None or state.revision == mount.revision:
+                continue
+            if in_step and self._own_moves(mount, state):
                 continue
             while not self._catch_up(mount, state, out):
                 pass  # more changes than one batch reads: on to the next
@@ -74,6 +76,16 @@ class RefreshMixin(FilesMixin):
             out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
         out += self._sync_directories(mount, directories)
         return last
+
+    def _own_moves(self, mount: StoreMount, state: StoreState) -> bool:
+        """Whether the store moved to ``state`` by this mount's own changes alone, which the
+        tree showed as it made them (a remote mount: moves.py); if so it is taken as seen."""
+        last_seq = self.service.own_moves(mount.store_id, mount.revision, state.revision)
+        if last_seq is None:
+            return False
+        mount.revision, mount.count = state.revision, state.memory_count
+        mount.last_seq = max(mount.last_seq, last_seq)
+        return True
 
     def adopt_own(self, version: int | None) -> bool:
         """After a look that heard no other writer (SQLite's ``data_version`` still

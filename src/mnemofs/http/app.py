@@ -28,6 +28,7 @@ from starlette.responses import Response
 
 from mnemofs import limits
 from mnemofs.errors import (
+    MOVED_HEADER,
     WRITE_AT_ONCE_HEADER,
     MnemofsError,
     Patience,
@@ -83,7 +84,11 @@ class Guard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                MutableHeaders(scope=message)["request-id"] = request_id
+                headers = MutableHeaders(scope=message)
+                headers["request-id"] = request_id
+                moved = state.get("moved")
+                if moved is not None and status < 300:
+                    headers[MOVED_HEADER] = " ".join(map(str, moved))
             await send(message)
 
         try:

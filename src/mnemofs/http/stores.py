@@ -32,8 +32,19 @@ async def run(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any)
     runner: Runner = request.app.state.run
     at_once = request.headers.get(WRITE_AT_ONCE_HEADER)
     if at_once is not None:  # a remote mount's change, which asks again itself
-        made: T = await runner.once(at_once, fn, *args, **kwargs)
-        return made
+        s = service(request)
+
+        def reporting() -> tuple[T, tuple[str, int, int] | None]:
+            s.want_moved()  # this call's writes only, on the thread that makes them
+            try:
+                made = fn(*args, **kwargs)
+            finally:
+                moved = s.take_moved()
+            return made, moved
+
+        made, moved = await runner.once(at_once, reporting)
+        request.state.moved = moved  # the reply says so (app.Guard)
+        return made  # type: ignore[no-any-return]
     result: T = await runner(fn, *args, **kwargs)
     return result
 

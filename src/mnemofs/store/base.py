@@ -41,6 +41,7 @@ from mnemofs.store.directories import keep_directory
 from mnemofs.store.engine import Engine
 from mnemofs.store.rows import (
     _MEMORY_COLS,
+    _MOVED,
     _STORE_COLS,
     _VERSION_COLS,
     ACCESS_FLUSH_S,
@@ -88,9 +89,12 @@ class ServiceBase:
         self._saved_lock = threading.Lock()  # the HTTP server saves from several threads
         self._accessed_since = 0.0
         self._access_lock = threading.Lock()
-        # An eviction made here since ``own_since`` last asked (eviction.py): its caller's
-        # tree does not show it, so those writes cannot be taken as the caller's own.
-        self.evicted = False
+        # Evictions made here (eviction.py), in a create's transaction: its caller's tree
+        # shows the create, not the eviction, so such a write is never taken as the caller's
+        # own (``own_since``, ``take_moved``).
+        self.evictions = 0
+        self._evictions_seen = 0  # by ``own_since``
+        self._moved = threading.local()  # ``want_moved``, ``take_moved``: per thread
         self.search_trail = SearchTrail(self.db)
 
     def close(self) -> None:
@@ -116,9 +120,50 @@ class ServiceBase:
             self._flush_accesses(tx)
             return fn(tx)
 
-        result = self.db.run(with_accesses if self._accessed else fn, write=True)
+        call = with_accesses if self._accessed else fn
+        local = self._moved
+        if not getattr(local, "wanted", False):
+            result = self.db.run(call, write=True)
+        else:
+            local.made = local.pending = None
+            result = self.db.run(self._reporting(call), write=True)
+            if local.pending is not None:  # committed: its answer is in
+                store_id, answer = local.pending
+                row = answer()[0]
+                local.made = (store_id, int(row.revision), int(row.last or 0))
         self.search_trail.wrote()
         return result
+
+    def _reporting(self, fn: Callable[[Tx], T]) -> Callable[[Tx], T]:
+        """``fn``, then (in its transaction, its store still locked by it, so nobody else can
+        have moved it since) the revision and the end of the change feed it left its store
+        at, if it moved one store and evicted nothing (``take_moved``). On PostgreSQL the
+        query goes out with the COMMIT: no round trip of its own."""
+
+        def run(tx: Tx) -> T:
+            self._moved.pending = None  # a try made again starts over
+            evictions = self.evictions
+            result = fn(tx)
+            if len(tx.told) == 1 and self.evictions == evictions:
+                store_id = next(iter(tx.told))
+                self._moved.pending = (store_id, tx.ahead(_MOVED, {"id": store_id}))
+            return result
+
+        return run
+
+    def want_moved(self) -> None:
+        """Have this thread's writes, until ``take_moved``, note what they leave their store
+        at (a server, for a remote mount's change: moves.py)."""
+        self._moved.wanted, self._moved.made = True, None
+
+    def take_moved(self) -> tuple[str, int, int] | None:
+        """(store, revision, feed end) as this thread's last write since ``want_moved`` left
+        them, if it moved that one store alone and evicted nothing (``_reporting``), else
+        None; and no more noting."""
+        local = self._moved
+        made = getattr(local, "made", None)
+        local.wanted, local.made = False, None
+        return made
 
     def _store_row(self, tx: Tx, store_id: str, *, lock: bool = False) -> Any:
         sql = f"SELECT {_STORE_COLS} FROM memory_stores WHERE id = :id"
@@ -216,6 +261,7 @@ class ServiceBase:
             sql += " AND archived_at IS NULL"
         if not tx.count(sql, {"delta": count_delta, "id": store_id}):
             self._lock_store(tx, store_id)  # NotFound or StoreArchived
+        tx.tell(store_id)
         return lambda: None
 
     def _counted(

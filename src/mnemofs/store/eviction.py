@@ -60,7 +60,7 @@ def pool_room(
             tx, victim.store_id, victim, EVICT_ACTOR, utc_now(), keep_directory=False
         )
         service._lock_only(tx, victim.store_id, -1)()
-        service.evicted = True
+        service.evictions += 1
         total -= 1
 
 
@@ -76,7 +76,7 @@ def evict_lru(service: ServiceBase, tx: Tx, store_id: str) -> bool:
     if victim is None:
         return False
     service._remove_memory(tx, store_id, victim, EVICT_ACTOR, utc_now(), keep_directory=False)
-    service.evicted = True
+    service.evictions += 1
     tx.run(
         "UPDATE memory_stores SET memory_count = memory_count - 1 WHERE id = :id",
         {"id": store_id},

@@ -110,8 +110,8 @@ class FeedMixin(ServiceBase):
         does not read its own back (``RefreshMixin.adopt_own``). Nor after this service
         evicted a memory (``evict-lru``, in a create's transaction: its caller shows the
         create, not the eviction), once: the look it answers reads the eviction back."""
-        if self.evicted:
-            self.evicted = False
+        if self._evictions_seen != self.evictions:
+            self._evictions_seen = self.evictions
             return None
         if version is None or not store_ids:
             return None
@@ -130,6 +130,10 @@ class FeedMixin(ServiceBase):
         # Asked after the read, on the same connection: unchanged, nobody else committed
         # before the read either.
         return heads if self.db.data_version() == version else None
+
+    def own_moves(self, store_id: str, seen: int, now: int) -> int | None:
+        """None: a local mount has ``own_since`` (moves.py is a remote mount's)."""
+        return None
 
     def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
         """Versions written to the store after position ``after_seq``, oldest first."""

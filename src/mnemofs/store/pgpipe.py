@@ -101,7 +101,6 @@ class PipelineTx(Tx):
         "_poller",
         "_prepared",
         "_spin",
-        "told",
     )
 
     def __init__(self, db: Statements, conn: Any) -> None:
@@ -114,7 +113,6 @@ class PipelineTx(Tx):
         self._prepared: dict[bytes, bytes] = prepared
         self._pending: list[_Pending] = []
         self._failed = False
-        self.told: set[str] = set()  # the stores to tell of once committed (Tx.tell)
         self._spin: Spin | None = getattr(conn, "spin", None)
         # One poller per connection and socket (a socket changes only with a new connection).
         socket = self._pg.socket
@@ -129,9 +127,6 @@ class PipelineTx(Tx):
 
     def run(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._send(sql, params)
-
-    def tell(self, store_id: str) -> None:
-        self.told.add(store_id)
 
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         sent = self._send(sql, params)

@@ -456,6 +456,11 @@ _STORE_COUNTED = (
     "RETURNING id) SELECT 1 / count(*)::int FROM s"
 )
 _STORE_LIVE = " AND archived_at IS NULL"
+# What a write left its store at (``ServiceBase.take_moved``), asked in its own transaction.
+_MOVED = (
+    "SELECT revision, (SELECT MAX(v.seq) FROM memory_versions v WHERE v.store_id = :id) AS last "
+    "FROM memory_stores WHERE id = :id"
+)
 # The memory row a change over the last save assumes (the rows a save, a rename or a delete
 # of it changes, on PostgreSQL): still the hash, path and creation of that save (``_as_saved``).
 _AS_SAVED = (

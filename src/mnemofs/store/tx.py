@@ -34,11 +34,12 @@ class Tx:
     cursor (SQLite; PostgreSQL reads); a PostgreSQL write is ``pgpipe.PipelineTx``, whose
     statements wait in a pipeline until one needs an answer."""
 
-    __slots__ = ("_cursor", "_db")
+    __slots__ = ("_cursor", "_db", "told")
 
     def __init__(self, db: Statements, cursor: Any) -> None:
         self._db = db
         self._cursor = cursor
+        self.told: set[str] = set()  # the stores whose revision this transaction moved
 
     @property
     def dialect(self) -> str:
@@ -63,9 +64,10 @@ class Tx:
                 self.run(sql, params)
 
     def tell(self, store_id: str) -> None:
-        """Have listening mounts told that the store changed, once this transaction has
-        committed (PostgreSQL: ``PipelineTx``, store/notices.py); nothing elsewhere (SQLite's
-        mounts watch its files)."""
+        """Note that this transaction moved the store's revision: on PostgreSQL listening
+        mounts are told once it has committed (store/notices.py; SQLite's mounts watch its
+        files), and a write's report names it (``ServiceBase.take_moved``)."""
+        self.told.add(store_id)
 
     def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute; return the number of rows changed (waits for the answer)."""
