@@ -41,6 +41,11 @@ class ChangeSignal(Protocol):
 
     def drain(self) -> set[str]: ...
 
+    def heard_states(self) -> dict[StoreId, StoreState] | None:
+        """Every store's state as the signal heard it since the last call, if it did (a remote
+        mount's poll answers with them): the look needs not ask again. None: ask."""
+        ...
+
     def close(self) -> None: ...
 
 

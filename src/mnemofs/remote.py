@@ -504,6 +504,7 @@ class ChangeStream:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         self._changed: set[str] = set()
+        self._heard: dict[StoreId, StoreState] | None = None  # ``heard_states``
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mnemofs-changes", daemon=True)
@@ -527,6 +528,10 @@ class ChangeStream:
                 for sid, state in data["states"].items():
                     known[sid] = int(state["revision"])
                 if data["changed"]:
+                    heard = {StoreId(s): wire.state(s, st) for s, st in data["states"].items()}
+                    if heard.keys() >= set(self._store_ids):
+                        with self._lock:
+                            self._heard = heard
                     self._wake(set(data["changed"]))
                     # While this mount writes, its own commits answer every poll at once: a
                     # poll right after would make hundreds a second for nothing.
@@ -551,6 +556,14 @@ class ChangeStream:
 
     def fileno(self) -> int:
         return self._read
+
+    def heard_states(self) -> dict[StoreId, StoreState] | None:
+        """The states of the last poll that heard a store move, once: a look that comes of it
+        reads no ``store_states`` of its own (one request fewer every 50 ms while the mount
+        writes). Whatever moved after that poll answers the next one, which wakes it again."""
+        with self._lock:
+            heard, self._heard = self._heard, None
+        return heard
 
     def drain(self) -> set[str]:
         try:

@@ -215,7 +215,8 @@ async def _watch_changes(fs: MemoryFs, service: Backend, rest: Rest) -> None:
                     # heard at its first write, often before it is visible, and the look that
                     # finds nothing is microseconds; the looks that follow it see the commit.
                     looked = trio.current_time()
-                    await drop_caches(fs.refresh())
+                    states = listener.heard_states() if listener is not None else None
+                    await drop_caches(fs.refresh(states))
                     rest.wake()
                 if time.monotonic() - promoted >= PROMOTE_INTERVAL_S:
                     promoted = time.monotonic()

@@ -12,7 +12,7 @@ from mnemofs.fs.nodes import (
     Invalidation,
     StoreMount,
 )
-from mnemofs.models import Change, Memory, MemoryId, StoreState
+from mnemofs.models import Change, Memory, MemoryId, StoreId, StoreState
 
 REFRESH_CHANGES = 10_000  # changes read at a time when catching up with a store
 
@@ -20,10 +20,12 @@ REFRESH_CHANGES = 10_000  # changes read at a time when catching up with a store
 class RefreshMixin(FilesMixin):
     """Catching up with changes made elsewhere (another mount, the CLI, the API): which nodes"""
 
-    def refresh(self) -> list[Invalidation]:
-        """Bring the tree up to date with the store; say which kernel caches to drop."""
+    def refresh(self, states: dict[StoreId, StoreState] | None = None) -> list[Invalidation]:
+        """Bring the tree up to date with the store (as ``states`` says it is, if given: as
+        the change signal heard them); say which kernel caches to drop."""
         in_step, self.in_step = self.in_step, False  # False until this refresh has ended
-        states = self.service.store_states([m.store_id for m in self.mounts])
+        if states is None:
+            states = self.service.store_states([m.store_id for m in self.mounts])
         out: list[Invalidation] = []
         self.dirs_changed.clear()  # what our own requests changed, the kernel knows of
         for mount in self.mounts:

@@ -45,6 +45,9 @@ class Listener:
         own = self._own_pids()
         return {n.extra.decode() for n in heard if n.be_pid not in own}
 
+    def heard_states(self) -> None:
+        return None  # a notice names a store, not its state
+
     def close(self) -> None:
         with suppress(Exception):
             self._conn.close()
