@@ -19,7 +19,8 @@ carries no HTTP package for it.
   gives the errno a local one would; ``WriteWouldWait`` too, for a change the mount asked to
   be made at once (``write_at_once``), so it pauses serving its other requests, as a local one.
 - **Changes made elsewhere**: a thread long-polls ``/mnemofs/v1/changes/wait`` and wakes the
-  watcher through a pipe (``listen_for_changes``).
+  watcher through a pipe (``listen_for_changes``), handing it the states the poll heard. The
+  mount's own changes are not read back: each reply says what the change moved (moves.py).
 """
 
 from __future__ import annotations
