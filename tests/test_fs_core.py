@@ -572,7 +572,7 @@ async def test_a_look_that_failed_is_taken_again(
     faults = [RuntimeError("a fault, injected")]
     shown = trio.Event()
 
-    def failing_once() -> list[object]:
+    def failing_once(states: object = None) -> list[object]:
         store = fs.mounts[0].store_id
         if faults and fs.service.store_states([store])[store].revision != fs.mounts[0].revision:
             raise faults.pop()  # a refresh with something to show
