@@ -4,6 +4,7 @@ the remote backend has to get right. (The whole mounted suite also runs over it:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -356,6 +358,23 @@ def test_a_save_s_reply_does_not_send_its_content_back(
         backend.close()
 
 
+@contextlib.contextmanager
+def _settled_mount(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> Iterator[tuple[World, Any, Path]]:
+    """A world, its server, and a remote mount of its session whose first look is done: the
+    mount's ``notes`` directory."""
+    w = World(engine)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(serving(db_url, tmp_path / "server.log"))
+        token = token_for(db_url, w.session.id)
+        stack.enter_context(remote_mount(server.url, token, tmp_path / "mnt"))
+        notes = tmp_path / "mnt" / "notes"
+        assert os.listdir(notes) == []  # up, and its first look done
+        time.sleep(0.2)
+        yield w, server, notes
+
+
 def test_a_mount_s_own_burst_does_not_make_it_poll_at_every_save(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
@@ -365,20 +384,15 @@ def test_a_mount_s_own_burst_does_not_make_it_poll_at_every_save(
     ``POLL_PACE_S`` later."""
     from mnemofs.remote import POLL_PACE_S
 
-    w = World(engine)
-    with serving(db_url, tmp_path / "server.log") as server:
-        with remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"):
-            notes = tmp_path / "mnt" / "notes"
-            assert os.listdir(notes) == []  # up, and its first look done
-            time.sleep(0.2)
-            polls_before = len(server.requests("GET", "/mnemofs/v1/changes/wait"))
-            started = time.monotonic()
-            for i in range(200):
-                write(notes / f"{i}.md", f"note {i}\n")
-            took = time.monotonic() - started
-            polls = len(server.requests("GET", "/mnemofs/v1/changes/wait")) - polls_before
-        assert w.service.find_memory(w.notes, "/199.md").content == "note 199\n"
-        assert polls <= took / POLL_PACE_S + 3, (polls, took)
+    with _settled_mount(engine, db_url, tmp_path) as (w, server, notes):
+        polls_before = len(server.requests("GET", "/mnemofs/v1/changes/wait"))
+        started = time.monotonic()
+        for i in range(200):
+            write(notes / f"{i}.md", f"note {i}\n")
+        took = time.monotonic() - started
+        polls = len(server.requests("GET", "/mnemofs/v1/changes/wait")) - polls_before
+    assert w.service.find_memory(w.notes, "/199.md").content == "note 199\n"
+    assert polls <= took / POLL_PACE_S + 3, (polls, took)
 
 
 def test_a_writing_mount_does_not_read_its_own_saves_back(
@@ -390,37 +404,32 @@ def test_a_writing_mount_does_not_read_its_own_saves_back(
     store at (moves.py), and a look that finds only those takes them as seen: no feed read;
     nor the stores' states, which the poll that woke it had (``ChangeStream.heard_states``).
     A change made elsewhere meanwhile is a gap, and shows."""
-    w = World(engine)
-    with serving(db_url, tmp_path / "server.log") as server:
-        with remote_mount(server.url, token_for(db_url, w.session.id), tmp_path / "mnt"):
-            notes = tmp_path / "mnt" / "notes"
-            assert os.listdir(notes) == []  # up, and its first look done
-            time.sleep(0.2)
-            feed = f"/mnemofs/v1/memory_stores/{w.notes}/changes"
-            looks_before = len(server.requests("GET", feed))
-            states_before = len(server.requests("GET", "/mnemofs/v1/store_states"))
-            polls_before = len(server.requests("GET", "/mnemofs/v1/changes/wait"))
-            started = time.monotonic()
-            i = 0
-            while time.monotonic() - started < 1.0:  # saves, appends, renames, deletes
-                write(notes / f"{i % 20}.md", f"note {i}\n")
-                append(notes / f"{i % 20}.md")
-                if i % 5 == 4:
-                    os.rename(notes / f"{i % 20}.md", notes / f"r{i % 20}.md")
-                    os.unlink(notes / f"r{i % 20}.md")
-                i += 1
-            time.sleep(0.3)  # the last look
-            looks = len(server.requests("GET", feed)) - looks_before
-            states = len(server.requests("GET", "/mnemofs/v1/store_states")) - states_before
-            polls = len(server.requests("GET", "/mnemofs/v1/changes/wait")) - polls_before
-            w.service.create_memory(w.notes, "/elsewhere.md", "made elsewhere\n")
-            while not (notes / "elsewhere.md").exists():  # shown while the mount writes on
-                assert time.monotonic() - started < 10, "a change made elsewhere never showed"
-                write(notes / f"{i % 20}.md", f"note {i}\n")
-                i += 1
-        assert w.service.find_memory(w.notes, "/elsewhere.md").content == "made elsewhere\n"
-        assert polls >= 5, polls  # heard its own saves, and looked
-        assert (looks, states) == (0, 0), (looks, states, polls, i)
+    with _settled_mount(engine, db_url, tmp_path) as (w, server, notes):
+        feed = f"/mnemofs/v1/memory_stores/{w.notes}/changes"
+        looks_before = len(server.requests("GET", feed))
+        states_before = len(server.requests("GET", "/mnemofs/v1/store_states"))
+        polls_before = len(server.requests("GET", "/mnemofs/v1/changes/wait"))
+        started = time.monotonic()
+        i = 0
+        while time.monotonic() - started < 1.0:  # saves, appends, renames, deletes
+            write(notes / f"{i % 20}.md", f"note {i}\n")
+            append(notes / f"{i % 20}.md")
+            if i % 5 == 4:
+                os.rename(notes / f"{i % 20}.md", notes / f"r{i % 20}.md")
+                os.unlink(notes / f"r{i % 20}.md")
+            i += 1
+        time.sleep(0.3)  # the last look
+        looks = len(server.requests("GET", feed)) - looks_before
+        states = len(server.requests("GET", "/mnemofs/v1/store_states")) - states_before
+        polls = len(server.requests("GET", "/mnemofs/v1/changes/wait")) - polls_before
+        w.service.create_memory(w.notes, "/elsewhere.md", "made elsewhere\n")
+        while not (notes / "elsewhere.md").exists():  # shown while the mount writes on
+            assert time.monotonic() - started < 10, "a change made elsewhere never showed"
+            write(notes / f"{i % 20}.md", f"note {i}\n")
+            i += 1
+    assert w.service.find_memory(w.notes, "/elsewhere.md").content == "made elsewhere\n"
+    assert polls >= 5, polls  # heard its own saves, and looked
+    assert (looks, states) == (0, 0), (looks, states, polls, i)
 
 
 def test_a_change_reports_only_what_it_moved(engine: Engine, db_url: str, tmp_path: Path) -> None:
