@@ -159,6 +159,51 @@ def test_a_lost_update_is_named(env: Env) -> None:
     assert contents == ["one\n", "from B\n", "from A\n"]
 
 
+def test_a_close_that_replaced_nothing_names_no_lost_update(env: Env) -> None:
+    """Descriptors open while another writer saves the file, whose close saves nothing over
+    it: one that only read, one opened for writing that wrote nothing, one that wrote the very
+    bytes the other saved (no version). Each close was named a lost update, "both kept", the
+    two names the same version."""
+    todo, memory = env.root / "notes" / "todo.md", env.service.find_memory(env.notes, "/todo.md")
+    texts = iter(["two\n", "three\n", "same\n"])
+
+    def saved_elsewhere_while_open(fd: int) -> None:
+        heard = len(env.report("changes")) + 1
+        env.service.update_memory(env.notes, memory.id, content=next(texts))
+        assert wait_for(lambda: len(env.report("changes")) == heard, timeout=3.0)
+        os.close(fd)
+
+    reader = os.open(todo, os.O_RDONLY)
+    assert os.read(reader, 100) == b"one\n"
+    saved_elsewhere_while_open(reader)
+    saved_elsewhere_while_open(os.open(todo, os.O_RDWR))
+    writer = os.open(todo, os.O_WRONLY | os.O_TRUNC)
+    os.write(writer, b"same\n")
+    saved_elsewhere_while_open(writer)
+    assert not [line for line in env.report("changes") if "LOST UPDATE?" in line]
+    assert len(list(env.service.list_versions(env.notes, memory_id=memory.id))) == 4
+    assert todo.read_text() == "same\n"
+
+
+def test_a_save_of_the_bytes_it_opened_with_is_still_a_save(env: Env) -> None:
+    """A descriptor writes back the very bytes the file held at its open while another writer
+    saves other bytes: its close is the last commit, so the file holds its bytes again, and
+    the lost update is named. The mount compared them with the version it showed before the
+    other save, found them the same and saved nothing: close answered 0, the others' stayed."""
+    todo, memory = env.root / "notes" / "todo.md", env.service.find_memory(env.notes, "/todo.md")
+    fd = os.open(todo, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"one\n")
+        heard = len(env.report("changes")) + 1
+        env.service.update_memory(env.notes, memory.id, content="two\n")
+        assert wait_for(lambda: len(env.report("changes")) == heard, timeout=3.0)
+    finally:
+        os.close(fd)
+    assert env.service.find_memory(env.notes, "/todo.md").content == "one\n"
+    assert todo.read_text() == "one\n"
+    assert "LOST UPDATE?" in env.report("changes")[0]
+
+
 def test_what_a_save_evicted_leaves_the_mount(engine: Engine, db_url: str, tmp_path: Path) -> None:
     """A create in a full ``evict-lru`` store, or in an evicting capacity pool (from another
     attached store), deletes the least recently accessed memory in its own transaction. The

@@ -176,3 +176,49 @@ def test_two_mounts_and_the_cli_hammer_one_store(
         print(f"hammer: {len(acked)} saves in {HAMMER_SECONDS:.0f} s")
     assert service.check().problems == []
     service.close()
+
+
+@pytest.mark.parametrize("renamed", ["file", "directory"])
+@pytest.mark.parametrize("writes", ["after", "both", "before"])
+def test_an_open_file_follows_a_rename_made_elsewhere(
+    engine: Engine, db_url: str, tmp_path: Path, renamed: str, writes: str
+) -> None:
+    """A file held open here (an agent's log, appended to) is renamed elsewhere, on its own or
+    with its directory: the descriptor goes on writing the same file, as it does on a file
+    another process renamed, and its close saves to the memory at its new path. Its writes
+    come after the mount shows the rename, or before and after, or before only, closed at
+    once (the save finds the memory moved before the mount looked). The writes after it were
+    dropped with close() answering 0 (the mount had swapped the file for a new one at the new
+    path); those before it were saved, but the mount showed the file at its old path for
+    good."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Moving").id
+    memory = service.create_memory(store, "/d/log.md", "line1\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    old, new = ("d/log.md", "d/moved.md") if renamed == "file" else ("d/log.md", "e/log.md")
+    with mounted(db_url, session.id, root):
+        folder = root / "moving"
+        fd = os.open(folder / old, os.O_WRONLY | os.O_APPEND)
+        try:
+            if writes != "after":
+                os.write(fd, b"early\n")
+            if renamed == "file":
+                service.update_memory(store, memory.id, path="/" + new)
+            else:
+                service.move_directory(store, "/d", "/e")
+            if writes != "before":
+                assert wait_for(lambda: (folder / new).exists() and not (folder / old).exists())
+                os.write(fd, b"line2\n")
+        finally:
+            os.close(fd)
+        text = {"after": "line1\nline2\n", "both": "line1\nearly\nline2\n"}.get(
+            writes, "line1\nearly\n"
+        )
+        assert service.find_memory(store, "/" + new).content == text
+        assert [m.path for m in service.list_memories(store)] == ["/" + new]
+        assert wait_for(lambda: (folder / new).exists() and not (folder / old).exists())
+        assert (folder / new).read_text() == text
+        # A rename saves no content: the save over it replaced nobody's work.
+        assert "LOST UPDATE?" not in (root / ".mnemofs" / "changes").read_text()
+    service.close()

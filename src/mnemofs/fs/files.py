@@ -411,6 +411,8 @@ class FilesMixin(TreeBase):
             raise
         of.dirty = of.unknown = False
         self._apply_memory(node, memory)
+        if memory.path != path:  # renamed elsewhere since the last look: the file follows
+            self.vanished += self._follow(mount, node, memory.path) or []
         self._cache(node, data)
 
     def _take_back(

@@ -17,8 +17,6 @@ from mnemofs.fs.nodes import (
     FsError,
     Node,
     StoreMount,
-    _now_ns,
-    drop_child,
     is_backup_name,
     set_child,
 )
@@ -104,14 +102,6 @@ class NamesMixin(FilesMixin):
         else:
             self._rename_file(mount, node, dst_dir, new_name, new_path)
         self._entries_changed(src_dir, dst_dir)
-
-    def _move(self, node: Node, dst_dir: Node, new_name: str) -> None:
-        assert node.parent is not None
-        drop_child(node.parent, node.name)
-        node.parent = dst_dir
-        node.name = new_name
-        set_child(dst_dir, new_name, node)
-        node.ctime_ns = _now_ns()
 
     def _rename_file(
         self, mount: StoreMount, node: Node, dst_dir: Node, new_name: str, new_path: str

@@ -97,8 +97,10 @@ class NoticesMixin(FilesMixin):
         node = handle.node
         theirs = node.other_version
         seen, handle.seen = handle.seen, node.version_id
-        if theirs is None or theirs[0] == seen or node.mount is None or seen == node.version_id:
+        if theirs is None or node.mount is None or seen == node.version_id:
             return
+        if theirs[0] in (seen, node.version_id):
+            return  # this descriptor saw theirs, or nothing replaced it (nothing was saved)
         node.other_version = None
         version_id, actor, at = theirs
         path = self.path(node)

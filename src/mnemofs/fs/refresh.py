@@ -125,7 +125,7 @@ class RefreshMixin(FilesMixin):
             "changes", f"{version.created_at}  {mount.slug}{path}  {version.operation}  by {actor}"
         )
         node = self.by_memory.get(version.memory_id)
-        if node is not None:
+        if node is not None and version.content_sha256 != node.sha256:  # a rename saves none
             node.other_version = (version.id, actor, version.created_at)
 
     def _knows(self, change: Change) -> bool:
@@ -145,8 +145,14 @@ class RefreshMixin(FilesMixin):
         """Show ``memory`` as it now is (None: it is gone) where the tree has ``memory_id``."""
         out: list[Invalidation] = []
         node = self.by_memory.get(memory_id)
+        if node is not None and memory is not None and self.path(node) != memory.path:
+            out += self._follow(mount, node, memory.path) or []  # renamed: a descriptor follows
         if node is not None and node.file is not None and node.file.dirty:
-            return out  # our unsaved edit wins at its save (last commit is the head)
+            # Our unsaved edit wins at its save (the last commit is the head), which compares
+            # it with what the store holds now: the same bytes make no version, others do.
+            if memory is not None:
+                node.version_id, node.sha256 = memory.memory_version_id, memory.content_sha256
+            return out
         if node is not None and (memory is None or self.path(node) != memory.path):
             assert node.parent is not None
             out.append(Invalidation("entry", node.parent.ino, node.name))

@@ -141,6 +141,41 @@ class TreeBase:
         self._apply_memory(node, memory)
         return node
 
+    def _move(self, node: Node, dst_dir: Node, new_name: str) -> None:
+        assert node.parent is not None
+        drop_child(node.parent, node.name)
+        node.parent = dst_dir
+        node.name = new_name
+        set_child(dst_dir, new_name, node)
+        node.ctime_ns = _now_ns()
+
+    def _follow(self, mount: StoreMount, node: Node, path: str) -> list[Invalidation] | None:
+        """Move ``node`` to ``path``, where its memory is now (renamed elsewhere): the file
+        keeps its inode, so a descriptor open on it goes on reading and writing it, as one
+        does on a file another process renamed, and its save goes to the memory. None, and
+        nothing moved, if this mount's own work holds ``path``: a directory, or a file not
+        saved yet there."""
+        existing = self._lookup_path(mount, path)
+        if existing is node:
+            return []
+        if existing is not None and (
+            existing.is_dir
+            or (existing.file is not None and (existing.memory_id is None or existing.file.dirty))
+        ):
+            return None
+        assert node.parent is not None
+        out = [Invalidation("entry", node.parent.ino, node.name)]
+        if existing is not None:
+            assert existing.parent is not None
+            out.append(Invalidation("entry", existing.parent.ino, existing.name))
+            self._detach(existing)
+        parent_rel, _, name = path[1:].rpartition("/")
+        was, parent = node.parent, self._ensure_dir(mount, parent_rel)
+        self._move(node, parent, name)
+        self._entries_changed(was, parent)
+        out.append(Invalidation("entry", parent.ino, name))  # a "no such name" it may keep
+        return [*out, Invalidation("attrs", was.ino), Invalidation("attrs", parent.ino)]
+
     def _apply_memory(self, node: Node, memory: Memory) -> None:
         if node.memory_id is not None and node.memory_id != memory.id:
             self.by_memory.pop(node.memory_id, None)
