@@ -8,10 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from mnemofs.errors import NotFound
 from mnemofs.store import Engine, MemoryService
 
 from .mounted import mounted, wait_for
@@ -221,4 +223,77 @@ def test_an_open_file_follows_a_rename_made_elsewhere(
         assert (folder / new).read_text() == text
         # A rename saves no content: the save over it replaced nobody's work.
         assert "LOST UPDATE?" not in (root / ".mnemofs" / "changes").read_text()
+    service.close()
+
+
+def _just_looked(service: MemoryService, store: str, folder: Path) -> None:
+    """Return right after the mount looked for changes (an API change to a file of its own,
+    waited for): it looks again no sooner than 50 ms later (``LOOK_INTERVAL_S``), so what a
+    test does next through it comes before the mount has seen what the test did elsewhere."""
+    beacon = f"{time.monotonic_ns()}\n"
+    try:
+        memory = service.find_memory(store, "/beacon.md")
+        service.update_memory(store, memory.id, content=beacon)
+    except NotFound:
+        service.create_memory(store, "/beacon.md", beacon)
+    assert wait_for(lambda: (folder / "beacon.md").exists() and shows(folder / "beacon.md", beacon))
+
+
+def shows(path: Path, text: str) -> bool:
+    try:
+        return path.read_text() == text
+    except OSError:
+        return False
+
+
+def test_a_save_where_another_writer_just_moved_a_file_leaves_no_second_copy(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """The API renames a.md to b.md; before the mount has looked, a program here writes b.md,
+    which it believes new. The save goes to the memory now at b.md (its other writer's file,
+    as a shared file would), and a.md, the same memory where it was, leaves the mount: it
+    stayed for good, with the memory's old bytes, beside b.md."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Twins").id
+    memory = service.create_memory(store, "/a.md", "old\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "twins"
+        assert (folder / "a.md").read_text() == "old\n"
+        _just_looked(service, store, folder)
+        service.update_memory(store, memory.id, path="/b.md")
+        (folder / "b.md").write_text("mine\n")
+        assert service.get_memory(store, memory.id).content == "mine\n"
+        assert wait_for(lambda: not (folder / "a.md").exists())
+        assert sorted(os.listdir(folder)) == ["b.md", "beacon.md"]
+        assert (folder / "b.md").read_text() == "mine\n"
+    service.close()
+
+
+@pytest.mark.parametrize("over", [False, True], ids=["rename", "rename-over"])
+def test_a_rename_here_of_a_file_just_saved_elsewhere_shows_their_bytes(
+    engine: Engine, db_url: str, tmp_path: Path, over: bool
+) -> None:
+    """The API saves x.md; before the mount has looked, a program here renames x.md (to a new
+    name, or over y.md as ``os.replace`` does). The store moved the other writer's bytes, the
+    last saved, and the mount shows them. It showed the bytes it had, under the new bytes'
+    size, for good: the rename was the memory's last change, its own, taken as shown."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Renames").id
+    memory = service.create_memory(store, "/x.md", "old\n")
+    service.create_memory(store, "/y.md", "target\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "renames"
+        assert (folder / "x.md").read_text() == "old\n"
+        _just_looked(service, store, folder)
+        theirs = "their longer bytes\n"
+        service.update_memory(store, memory.id, content=theirs)
+        target = folder / ("y.md" if over else "z.md")
+        os.rename(folder / "x.md", target)
+        assert service.find_memory(store, "/" + target.name).content == theirs
+        assert wait_for(lambda: shows(target, theirs))
+        assert os.stat(target).st_size == len(theirs)
     service.close()

@@ -341,6 +341,8 @@ class Adapter(pyfuse3.Operations):
             )
         except Exception as exc:
             raise self._refused(exc, "rename", parent_old, name_old) from None
+        finally:
+            self._forget_vanished()
 
     # -- files ----------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from mnemofs.fs.nodes import (
     FOLD_WINDOW_S,
     Backup,
     FsError,
+    Invalidation,
     Node,
     StoreMount,
     is_backup_name,
@@ -119,7 +120,10 @@ class NamesMixin(FilesMixin):
                     actor=self.actor,
                     keep_directory=True,
                 )
+            stale = memory.content_sha256 != node.sha256
             self._apply_memory(node, memory)
+            if stale:
+                self._forget_shown(node)
         was = (node.parent or self.root, node.name)
         self._move(node, dst_dir, new_name)
         if node.memory_id is not None and was[0] is dst_dir and is_backup_name(new_name, was[1]):
@@ -170,12 +174,14 @@ class NamesMixin(FilesMixin):
             return
         self.save(node)  # an open, dirty source is saved first (temporary ones are not)
         data = bytes(node.file.data) if node.file is not None else self._content_of(node)
+        stale = False
         if node.memory_id is not None:
             fold = bool(node.born) and time.monotonic() - node.born < FOLD_WINDOW_S
             memory = self.service.rename_over(
                 mount.store_id, node.memory_id, target.memory_id, actor=self.actor, fold=fold
             )
             mount.count -= 1
+            stale = memory.content_sha256 != node.sha256
         else:  # a temporary file, never saved: the target takes its bytes as a save would
             memory, created = self.service.save_file(
                 mount.store_id,
@@ -196,7 +202,23 @@ class NamesMixin(FilesMixin):
         if node.file is not None:
             node.file.dirty = False
             self._drop_clean_buffer(node)
-        self._cache(node, data)
+        if stale:
+            self._forget_shown(node)
+        else:
+            self._cache(node, data)
+
+    def _forget_shown(self, node: Node) -> None:
+        """After a rename that found the file saved by another writer since this mount last
+        looked (the store moved their bytes, not the ones shown here): the bytes shown go, and
+        are read from the store again (an open buffer now, the kernel's pages at the next
+        open). They stayed, under the new content's size, for good when the refresh took
+        the rename for the last change and as ours."""
+        self._content_bytes -= len(self._content.pop(node.ino, b""))
+        node.stale_pages = True
+        self.vanished.append(Invalidation("attrs", node.ino))
+        if node.file is not None and not node.file.dirty:
+            with suppress(FsError, MnemofsError):  # gone meanwhile: the next look says so
+                node.file.data[:] = self._content_of(node)
 
     def _rename_dir(
         self,

@@ -39,6 +39,7 @@ class RefreshMixin(FilesMixin):
         # A directory whose entries changed has a new mtime and maybe link count: its cached
         # attributes go too (the kernel keeps them for adapter.TIMEOUT_S otherwise).
         out += [Invalidation("attrs", d.ino) for d in self.dirs_changed if not d.unlinked]
+        out += self.take_vanished()
         self.dirs_changed.clear()
         self.in_step = True
         return out
@@ -55,10 +56,17 @@ class RefreshMixin(FilesMixin):
         changes = self.service.changes(mount.store_id, mount.last_seq, limit=REFRESH_CHANGES)
         last = len(changes) < REFRESH_CHANGES
         latest: dict[str, Change] = {}  # the newest change of each memory, in seq order
+        theirs: set[str] = set()  # memories someone else changed: read, whoever did last
         for change in changes:
-            latest.pop(change.version.memory_id, None)
-            latest[change.version.memory_id] = change
-        news = [memory_id for memory_id, change in latest.items() if not self._knows(change)]
+            changed = change.version.memory_id
+            latest.pop(changed, None)
+            latest[changed] = change
+            who = change.version.created_by
+            if who is None or who.stored != self.actor:
+                theirs.add(changed)
+        # A change of ours after theirs (a rename here of a file another writer had just
+        # saved) does not make the tree show their content: it only moved what it had.
+        news = [m for m, change in latest.items() if m in theirs or not self._knows(change)]
         found: dict[MemoryId, Memory] = {}
         if news:
             # One read for all (through a server, one request per hundred, not one each).

@@ -179,6 +179,14 @@ class TreeBase:
     def _apply_memory(self, node: Node, memory: Memory) -> None:
         if node.memory_id is not None and node.memory_id != memory.id:
             self.by_memory.pop(node.memory_id, None)
+        twin = self.by_memory.get(memory.id)
+        if twin is not None and twin is not node and twin.file is None:
+            # It showed this memory where it was before another writer moved it, and a save
+            # here at the new path found it there (``save_file``): that place is gone. (One
+            # open here keeps it: its save goes to the memory, and the file follows.)
+            assert twin.parent is not None
+            self.vanished.append(Invalidation("entry", twin.parent.ino, twin.name))
+            self._detach(twin)
         self.by_memory[memory.id] = node
         node.memory_id = memory.id
         node.version_id = memory.memory_version_id
