@@ -372,6 +372,8 @@ class FilesMixin(TreeBase):
                 if not node.file.unknown and node.report is None:
                     self._cache(node, bytes(node.file.data))
                 self._drop_clean_buffer(node)
+            if of.opens == 0 and self._is_twin(node):
+                self._drop_twin(node)
             if node.unlinked and of.opens == 0:
                 if node.file is not None:
                     self._let_go(node)

@@ -181,12 +181,7 @@ class TreeBase:
             self.by_memory.pop(node.memory_id, None)
         twin = self.by_memory.get(memory.id)
         if twin is not None and twin is not node and twin.file is None:
-            # It showed this memory where it was before another writer moved it, and a save
-            # here at the new path found it there (``save_file``): that place is gone. (One
-            # open here keeps it: its save goes to the memory, and the file follows.)
-            assert twin.parent is not None
-            self.vanished.append(Invalidation("entry", twin.parent.ino, twin.name))
-            self._detach(twin)
+            self._drop_twin(twin)
         self.by_memory[memory.id] = node
         node.memory_id = memory.id
         node.version_id = memory.memory_version_id
@@ -195,6 +190,19 @@ class TreeBase:
         node.temporary = False
         mtime = _ns(memory.updated_at)
         node.mtime_ns = node.ctime_ns = mtime
+
+    def _is_twin(self, node: Node) -> bool:
+        """Does another node show ``node``'s memory? (See ``_drop_twin``.)"""
+        shown = None if node.memory_id is None else self.by_memory.get(node.memory_id)
+        return shown is not None and shown is not node and not node.unlinked
+
+    def _drop_twin(self, twin: Node) -> None:
+        """``twin`` showed a memory where it was before another writer moved it, and a save
+        here at the new path found it there (``save_file``): its old place goes. One open here
+        stays until its last close (its save goes to the memory, and the file follows)."""
+        assert twin.parent is not None
+        self.vanished.append(Invalidation("entry", twin.parent.ino, twin.name))
+        self._detach(twin)
 
     def path(self, node: Node) -> str:
         """The store path of a node inside a store (``/a/b.md``)."""
