@@ -19,7 +19,7 @@ import pytest
 from mnemofs.errors import MnemofsError, NotFound
 from mnemofs.store import Engine, MemoryService
 
-from .mounted import mounted, wait_for
+from .mounted import errno_of, mounted, wait_for
 
 pytestmark = pytest.mark.mounted
 
@@ -304,6 +304,34 @@ def test_a_rename_here_of_a_file_just_saved_elsewhere_shows_their_bytes(
         assert service.find_memory(store, "/" + target.name).content == theirs
         assert wait_for(lambda: shows(target, theirs))
         assert os.stat(target).st_size == len(theirs)
+    service.close()
+
+
+def test_a_folder_renamed_here_as_it_was_elsewhere_loses_no_file(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """The API moves folder d to h; before the mount has looked, a program here renames d to
+    h too, with d/e.md open and unsaved. The rename saves e.md first: its memory is at h/e.md
+    now, and the file goes there, so h is no longer free: ENOTEMPTY, and the mount shows what
+    the store holds. The rename went on over that new h, which took e.md out of the mount
+    for good (found by the random walk below, in CI)."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Folders").id
+    service.create_memory(store, "/d/e.md", "one\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "folders"
+        fd = os.open(folder / "d" / "e.md", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b"two\n")
+            _just_looked(service, store, folder)
+            service.move_directory(store, "/d", "/h")
+            assert errno_of(os.rename, folder / "d", folder / "h") == errno.ENOTEMPTY
+        finally:
+            os.close(fd)
+        assert service.find_memory(store, "/h/e.md").content == "one\ntwo\n"
+        assert wait_for(lambda: shows(folder / "h" / "e.md", "one\ntwo\n"))
     service.close()
 
 

@@ -207,6 +207,15 @@ class NamesMixin(FilesMixin):
         else:
             self._cache(node, data)
 
+    @staticmethod
+    def _may_replace(target: Node | None, name: str) -> None:
+        """A directory renamed over ``target`` (None: the name is free) may replace it only
+        if it is an empty directory."""
+        if target is not None and not target.is_dir:
+            raise FsError(errno.ENOTDIR, f"{name!r} is not a directory")
+        if target is not None and target.children:
+            raise FsError(errno.ENOTEMPTY, f"{name!r} is not empty")
+
     def _forget_shown(self, node: Node) -> None:
         """After a rename that found the file saved by another writer since this mount last
         looked (the store moved their bytes, not the ones shown here): the bytes shown go, and
@@ -236,12 +245,12 @@ class NamesMixin(FilesMixin):
             if walk is node:
                 raise FsError(errno.EINVAL, "cannot move a directory into itself")
             walk = walk.parent
-        if target is not None:
-            if not target.is_dir:
-                raise FsError(errno.ENOTDIR, f"{new_name!r} is not a directory")
-            if target.children:
-                raise FsError(errno.ENOTEMPTY, f"{new_name!r} is not empty")
+        self._may_replace(target, new_name)
         self.save_all(under=node)
+        # A save that found its memory moved elsewhere took the file there (``_follow``),
+        # which may be the very name this directory is to take: then it is not free any more.
+        target = dst_dir.children.get(new_name)
+        self._may_replace(target, new_name)
         with suppress(NotFound):  # nothing under it was saved yet
             self.service.move_directory(mount.store_id, self.path(node), new_path, actor=self.actor)
             # Every memory under it has a new version the tree does not know yet: the next
