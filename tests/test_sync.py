@@ -749,3 +749,40 @@ def test_sync_with_attach_twice_finds_the_last_baseline(
     assert (env.root / "renamed-notes" / "a.md").read_text() == "alpha, edited between runs\n"
     assert set(env.stored(env.notes)) == {"/a.md", "/new.md"}
     env.service.close()
+
+
+@pytest.mark.parametrize("how", ["renamed over", "rewritten, its mtime set back"])
+def test_a_change_its_size_and_mtime_do_not_show_is_sent(
+    engine: Engine, db_url: str, tmp_path: Path, how: str
+) -> None:
+    """A file replaced by another of the same size and mtime (``mv b.md g.md`` after both
+    were written in one tick of the clock; ``cp -p``, ``tar`` or ``touch -d`` setting the old
+    mtime back on new bytes): its size and mtime are what the baseline has, and the pass took
+    it as unchanged, so the folder and the store stayed apart for good. Its inode and ctime
+    say it changed."""
+    env = make(engine, db_url, tmp_path)
+    env.service.create_memory(env.notes, "/b.md", "bbbb\n")
+    env.service.create_memory(env.notes, "/g.md", "gggg\n")
+    service = MemoryService(engine, actor=env.session.id)
+    worker = SyncWorker(service, env.session, env.root, interval=0.01)
+    worker.reconcile()
+    notes = env.root / "notes"
+    was = os.stat(notes / "g.md")
+    if how == "renamed over":
+        os.utime(notes / "b.md", ns=(was.st_atime_ns, was.st_mtime_ns))
+        os.rename(notes / "b.md", notes / "g.md")
+    else:
+        (notes / "g.md").write_text("hhhh\n")
+        os.utime(notes / "g.md", ns=(was.st_atime_ns, was.st_mtime_ns))
+    now = os.stat(notes / "g.md")
+    assert (now.st_size, now.st_mtime_ns) == (was.st_size, was.st_mtime_ns)
+    for _ in range(3):  # a local delete is sent once it has stayed missing for an interval
+        worker.reconcile()
+        time.sleep(0.05)
+    text = (notes / "g.md").read_text()
+    assert text == ("bbbb\n" if how == "renamed over" else "hhhh\n")
+    assert env.stored(env.notes)["/g.md"] == text
+    assert sorted(env.stored(env.notes)) == (
+        ["/a.md", "/g.md"] if how == "renamed over" else ["/a.md", "/b.md", "/g.md"]
+    )
+    service.close()

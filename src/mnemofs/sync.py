@@ -348,13 +348,7 @@ class SyncWorker:
         moves: Moves,
     ) -> None:
         base = state.files.get(path)
-        if (
-            remote is UNCHANGED
-            and st is not None
-            and base is not None
-            and st.st_mtime_ns == base.mtime_ns
-            and st.st_size == base.size
-        ):
+        if remote is UNCHANGED and st is not None and base is not None and base.unmoved(st):
             return  # the common case, kept cheap: nothing moved on either side
         self.dirty = True
         # What the local side did since the baseline.
@@ -362,7 +356,7 @@ class SyncWorker:
         sha = ""
         if st is None:
             local = "missing" if base else "absent"
-        elif base and (st.st_mtime_ns, st.st_size) == (base.mtime_ns, base.size):
+        elif base and base.unmoved(st):
             local = "same"
         else:
             data = folder.read(path)
@@ -371,7 +365,7 @@ class SyncWorker:
             sha = hashlib.sha256(data).hexdigest()
             local = "same" if base and sha == base.sha256 else ("changed" if base else "new")
             if local == "same" and base:  # touched only: remember the new stat
-                base.mtime_ns, base.size = st.st_mtime_ns, st.st_size
+                base.took(st)
         if local != "missing":
             state.missing_since.pop(path, None)
         # What the store did: UNCHANGED, None (gone) or the memory now at the path.
@@ -504,9 +498,9 @@ class SyncWorker:
 
     @staticmethod
     def _remember(state: StoreState, memory: Memory, st: os.stat_result) -> None:
-        state.files[memory.path] = Entry(
-            memory.id, memory.memory_version_id, memory.content_sha256, st.st_mtime_ns, st.st_size
-        )
+        entry = Entry(memory.id, memory.memory_version_id, memory.content_sha256, 0, 0)
+        entry.took(st)
+        state.files[memory.path] = entry
         state.missing_since.pop(memory.path, None)
 
     def _local_delete(

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,36 @@ def state_path(root: Path) -> Path:
     return root.parent / f".{root.name}.mnemofs-sync.json"
 
 
+# A file's stat taken this soon after its last change may not show the next one: timestamps
+# come from a clock that ticks every few milliseconds (some filesystems keep whole seconds),
+# so a rewrite of the same size in the same tick leaves the stat as it was.
+RACY_NS = 2_000_000_000
+
+
 @dataclass
 class Entry:
-    """One file as both sides last agreed on it."""
+    """One file as both sides last agreed on it, and its stat then."""
 
     memory_id: str
     version_id: str
     sha256: str
     mtime_ns: int
     size: int
+    ino: int = 0  # 0 (a state file of before): read the file once to know
+    ctime_ns: int = 0  # 0: taken too soon after a change (``RACY_NS``): read it next time
+
+    def unmoved(self, st: os.stat_result) -> bool:
+        """Is the file as it was, as far as its stat tells? Its inode and ctime tell what its
+        size and mtime do not: another file renamed over it (``mv b f``, ``os.replace``),
+        which keeps its own mtime and may have the same size; an edit that set the old mtime
+        back (``cp -p``, ``tar``, ``touch -d``)."""
+        stat = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+        return stat == (self.mtime_ns, self.size, self.ino, self.ctime_ns)
+
+    def took(self, st: os.stat_result) -> None:
+        """Remember ``st`` as the file's stat, to be compared next time."""
+        self.mtime_ns, self.size, self.ino = st.st_mtime_ns, st.st_size, st.st_ino
+        self.ctime_ns = st.st_ctime_ns if time.time_ns() - st.st_ctime_ns >= RACY_NS else 0
 
 
 @dataclass
@@ -98,7 +120,7 @@ def save_states(
                 "folder": st.folder,
                 "last_seq": st.last_seq,
                 "files": {
-                    p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size]
+                    p: [e.memory_id, e.version_id, e.sha256, e.mtime_ns, e.size, e.ino, e.ctime_ns]
                     for p, e in st.files.items()
                 },
                 "missing_since": st.missing_since,
