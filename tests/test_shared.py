@@ -12,14 +12,15 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from mnemofs.errors import MnemofsError, NotFound
+from mnemofs.errors import NotFound
 from mnemofs.store import Engine, MemoryService
 
+from . import walks
 from .mounted import errno_of, mounted, wait_for
+from .walks import Walk
 
 pytestmark = pytest.mark.mounted
 
@@ -335,10 +336,6 @@ def test_a_folder_renamed_here_as_it_was_elsewhere_loses_no_file(
     service.close()
 
 
-WALK_NAMES = ["a.md", "b.md", "d/c.md", "d/e.md", "f/g.md"]
-WALK_DIRS = ["d", "f", "h"]
-
-
 def _files(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (not the hidden ``.history``, ``.mnemofs``) and its text."""
     found: dict[str, str] = {}
@@ -371,23 +368,8 @@ def test_two_mounts_and_the_api_agree_after_a_random_walk(
     sessions = [
         service.create_session([{"memory_store_id": store}], mount_root=str(r)) for r in roots
     ]
-    rng = random.Random(seed)
-    steps: list[str] = []
+    walk = Walk(random.Random(seed))
     held: list[tuple[int, str]] = []
-
-    def step(what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-            steps.append(f"{what}: ok")
-        except OSError as exc:
-            steps.append(f"{what}: {errno.errorcode.get(exc.errno or 0)}")
-        except MnemofsError as exc:
-            steps.append(f"{what}: {type(exc).__name__}")
-
-    def write(path: Path, text: str, mode: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, mode) as f:
-            f.write(text)
 
     def stored() -> dict[str, str]:
         return {m.path: m.content or "" for m in service.list_memories(store, view="full")}
@@ -397,61 +379,32 @@ def test_two_mounts_and_the_api_agree_after_a_random_walk(
 
     def apart() -> str:
         shown = "\n".join(f"m{n + 1}:    {_files(f)}" for n, f in enumerate(folders))
-        return f"seed {seed}\nstore: {stored()}\n{shown}\nlast steps:\n" + "\n".join(steps[-40:])
+        return f"seed {seed}\nstore: {stored()}\n{shown}\nlast steps:\n{walk.last()}"
 
     with mounted(db_url, sessions[0].id, roots[0]), mounted(db_url, sessions[1].id, roots[1]):
         folders = [root / "walk" for root in roots]
+        rng = walk.rng
         for i in range(150):
             which = rng.randrange(2)
-            folder, name, text = folders[which], rng.choice(WALK_NAMES), f"{i}\n"
-            at, other = f"m{which + 1} {name}", rng.choice(WALK_NAMES)
+            folder, name, text = folders[which], rng.choice(walks.NAMES), f"{i}\n"
+            at, other = f"m{which + 1} {name}", rng.choice(walks.NAMES)
             roll = rng.random()
-            if roll < 0.2:
-                step(f"write {at}", write, folder / name, text, "w")
-            elif roll < 0.3:
-                step(f"append {at}", write, folder / name, text, "a")
-            elif roll < 0.38:
-                step(f"rename {at} {other}", os.rename, folder / name, folder / other)
-            elif roll < 0.44:
-                old, new = rng.choice(WALK_DIRS), rng.choice(WALK_DIRS)
-                step(f"rename m{which + 1} {old}/ {new}/", os.rename, folder / old, folder / new)
-            elif roll < 0.5:
-                step(f"unlink {at}", os.unlink, folder / name)
+            if walk.on_files(folder, name, other, text, roll):
+                pass
             elif roll < 0.58:
                 try:
                     held.append((os.open(folder / name, os.O_RDWR | os.O_APPEND), at))
-                    steps.append(f"open {at}: ok")
+                    walk.steps.append(f"open {at}: ok")
                 except OSError as exc:
-                    steps.append(f"open {at}: {errno.errorcode.get(exc.errno or 0)}")
+                    walk.steps.append(f"open {at}: {errno.errorcode.get(exc.errno or 0)}")
             elif roll < 0.7 and held:
                 fd, was = rng.choice(held)
-                step(f"write {text.strip()} to {was}", os.write, fd, text.encode())
+                walk.step(f"write {text.strip()} to {was}", os.write, fd, text.encode())
             elif roll < 0.78 and held:
                 fd, was = held.pop(rng.randrange(len(held)))
-                step(f"close {was}", os.close, fd)
+                walk.step(f"close {was}", os.close, fd)
             elif roll < 0.9:
-                memories = list(service.list_memories(store))
-                if memories:
-                    memory, kind = rng.choice(memories), rng.random()
-                    api = f"api {memory.path}"
-                    if kind < 0.4:
-                        step(f"{api} save", service.update_memory, store, memory.id, content=text)
-                    elif kind < 0.7:
-                        moved = "/" + other
-                        step(
-                            f"{api} to {moved}", service.update_memory, store, memory.id, path=moved
-                        )
-                    elif kind < 0.85:
-                        step(f"{api} delete", service.delete_memory, store, memory.id)
-                    else:
-                        old, new = rng.choice(WALK_DIRS), rng.choice(WALK_DIRS)
-                        step(
-                            f"api /{old}/ to /{new}/",
-                            service.move_directory,
-                            store,
-                            f"/{old}",
-                            f"/{new}",
-                        )
+                walk.through_api(service, store, name, other, text, create=False)
             else:
                 time.sleep(rng.choice([0.0, 0.02, 0.1]))  # the mounts see each other, or not
             if not held and rng.random() < 0.15:

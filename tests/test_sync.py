@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from mnemofs.errors import Conflict, MnemofsError, NotFound, Unavailable
+from mnemofs.errors import Conflict, NotFound, Unavailable
 from mnemofs.folder import Folder
 from mnemofs.models import Memory
 from mnemofs.store import Engine, MemoryService
 from mnemofs.sync import SyncWorker
 
+from . import walks
 from .mounted import run, wait_for
+from .walks import Walk
 
 
 class Env:
@@ -803,20 +805,8 @@ def test_a_folder_and_the_api_agree_after_a_random_walk(
     service = MemoryService(engine, actor=session.id)
     worker = SyncWorker(service, session, env.root, interval=0.05)
     worker.reconcile()
-    folder, rng, steps = env.root / "walk", random.Random(11), []
-    names, dirs = ["a.md", "b.md", "d/c.md", "d/e.md", "f/g.md"], ["d", "f", "h"]
-
-    def step(what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-            steps.append(f"{what}: ok")
-        except (OSError, MnemofsError) as exc:
-            steps.append(f"{what}: {type(exc).__name__}")
-
-    def write(path: Path, text: str, mode: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, mode) as f:
-            f.write(text)
+    folder, walk = env.root / "walk", Walk(random.Random(11))
+    rng = walk.rng
 
     def agree() -> bool:
         for _ in range(3):
@@ -832,43 +822,18 @@ def test_a_folder_and_the_api_agree_after_a_random_walk(
         return local == stored
 
     for i in range(300):
-        name, other, text, roll = rng.choice(names), rng.choice(names), f"{i}\n", rng.random()
-        if roll < 0.2:
-            step(f"write {name}", write, folder / name, text, "w")
-        elif roll < 0.3:
-            step(f"append {name}", write, folder / name, text, "a")
-        elif roll < 0.38:
-            step(f"mv {name} {other}", os.rename, folder / name, folder / other)
-        elif roll < 0.44:
-            old, new = rng.choice(dirs), rng.choice(dirs)
-            step(f"mv {old}/ {new}/", os.rename, folder / old, folder / new)
-        elif roll < 0.5:
-            step(f"rm {name}", os.unlink, folder / name)
+        name, other, text = rng.choice(walks.NAMES), rng.choice(walks.NAMES), f"{i}\n"
+        roll = rng.random()
+        if walk.on_files(folder, name, other, text, roll):
+            pass
         elif roll < 0.7:
-            memories = list(env.service.list_memories(store))
-            if not memories:
-                step(f"api create /{name}", env.service.create_memory, store, "/" + name, text)
-                continue
-            memory, kind = rng.choice(memories), rng.random()
-            api = f"api {memory.path}"
-            if kind < 0.4:
-                step(f"{api} save", env.service.update_memory, store, memory.id, content=text)
-            elif kind < 0.7:
-                moved = "/" + other
-                step(f"{api} to {moved}", env.service.update_memory, store, memory.id, path=moved)
-            elif kind < 0.85:
-                step(f"{api} delete", env.service.delete_memory, store, memory.id)
-            else:
-                old, new = rng.choice(dirs), rng.choice(dirs)
-                step(
-                    f"api /{old}/ /{new}/", env.service.move_directory, store, f"/{old}", f"/{new}"
-                )
+            walk.through_api(env.service, store, name, other, text)
         elif roll < 0.85:
             worker.reconcile()
-            steps.append("pass")
+            walk.steps.append("pass")
         else:
             time.sleep(0.05 * rng.choice([0, 1, 2]))
         if rng.random() < 0.1:
-            assert agree(), "\n".join(steps[-40:])
-    assert agree(), "\n".join(steps[-40:])
+            assert agree(), walk.last()
+    assert agree(), walk.last()
     service.close()
