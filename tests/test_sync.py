@@ -281,6 +281,45 @@ def test_local_delete_waits_an_interval_and_a_wiped_folder_deletes_nothing(
     env.service.close()
 
 
+@pytest.mark.parametrize("by", ["once", "watching"])
+@pytest.mark.parametrize("how", ["summed up", "moved into a folder"])
+def test_a_folder_whose_every_file_went_for_new_ones_is_not_lost(
+    engine: Engine, db_url: str, tmp_path: Path, how: str, by: str
+) -> None:
+    """An agent sums its notes up in a new file and deletes them, or moves them all into a
+    folder: every file the last pass knew is gone at once, but the folder holds files of its
+    own, so it is not a wiped or unmounted folder. The first was refused as one for good
+    (found by the wider walk): nothing of it reached the store, every pass said "lost". Both
+    by a ``--once`` run's full look and by a watching worker's look at inotify's changes."""
+    env = make(engine, db_url, tmp_path)
+    env.service.create_memory(env.notes, "/b.md", "beta\n")
+    service = MemoryService(engine, actor=env.session.id)
+    worker = SyncWorker(service, env.session, env.root, interval=0.5)
+    if by == "watching":
+        worker.watch_local_changes()
+        for _ in range(3):  # the first look, the watches, the full look after a new watch
+            worker.reconcile()
+    else:
+        env.once(interval=1)
+    notes = env.root / "notes"
+    if how == "summed up":
+        run("sh", "-c", "cat a.md b.md > sum.md && rm a.md b.md", cwd=notes)
+        want = {"/sum.md": "alpha\nbeta\n"}
+    else:
+        run("sh", "-c", "mkdir old && mv a.md b.md old/", cwd=notes)
+        want = {"/old/a.md": "alpha\n", "/old/b.md": "beta\n"}
+    for _ in range(2):  # the second after the deletes' hold
+        if by == "watching":
+            assert worker.reconcile().errors == []
+        else:
+            out = env.once(interval=1)
+            assert "lost" not in out, out
+        time.sleep(0.6 if by == "watching" else 1.1)
+    assert env.stored(env.notes) == want
+    service.close()
+    env.service.close()
+
+
 def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

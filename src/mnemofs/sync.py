@@ -54,7 +54,6 @@ from mnemofs.syncstate import (
     StoreState,
     folder_lost,
     load_states,
-    moved_within,
     save_states,
     state_path,
 )
@@ -149,13 +148,9 @@ class SyncWorker:
         else:  # only what inotify saw change, what changed remotely, deletes on hold
             paths = hinted | set(remote) | set(state.missing_since)
             local = self._stat(folder, paths, links)
-            lost = not folder.exists() or (
-                len(known) > 1 and known <= hinted and not (set(local) & known)
-            )
+            lost = not folder.exists() or (known <= hinted and folder_lost(folder, local, known))
         paths |= state.retry
         local.update(self._stat(folder, state.retry - set(local) - links, links))
-        if lost and folder.exists() and moved_within(folder, state, local):
-            lost = False  # moved, not lost: everything into a new folder (`mv *.md old/`)
         if lost:
             message = (
                 f"{folder.path} lost every one of its {len(known)} files at once; not "

@@ -5,8 +5,6 @@ files the folder no longer holds: moved (where from), or all lost at once."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import time
@@ -14,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemofs.folder import Folder, LinkInPath
+from mnemofs.folder import Folder
 from mnemofs.paths import basename
 from mnemofs.private import write_private
 
@@ -190,17 +188,8 @@ class Moves:
 
 
 def folder_lost(folder: Folder, local: dict[str, os.stat_result], known: set[str]) -> bool:
-    """Did the folder lose every file the baseline knows, all at once?"""
-    return not folder.exists() or (len(known) > 1 and not (set(local) & known))
-
-
-def moved_within(folder: Folder, state: StoreState, local: dict[str, os.stat_result]) -> bool:
-    """Does a file the baseline does not know hold what one it knows held (not nothing)? Then
-    the files it misses were moved, not lost. Asked only when every known file is missing."""
-    held = {entry.sha256 for entry in state.files.values() if entry.size}
-    for path in sorted(set(local) - set(state.files)):
-        with contextlib.suppress(LinkInPath, OSError):
-            data = folder.read(path)
-            if data and hashlib.sha256(data).hexdigest() in held:
-                return True
-    return False
+    """Did the folder lose every file the baseline knows, all at once, and hold no other file
+    either (a wiped or unmounted folder)? A folder holding files the baseline does not know is
+    alive: its files were moved (``mv *.md old/``), or replaced (two notes summed up in a new
+    one, then deleted). ``local``: the files the pass found."""
+    return not folder.exists() or (len(known) > 1 and not local)
