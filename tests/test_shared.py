@@ -340,20 +340,6 @@ def test_a_folder_renamed_here_as_it_was_elsewhere_loses_no_file(
     service.close()
 
 
-def _files(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (not the hidden ``.history``, ``.mnemofs``) and its text."""
-    found: dict[str, str] = {}
-    for where, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names:
-            path = Path(where, name)
-            try:
-                found["/" + str(path.relative_to(folder))] = path.read_text()
-            except OSError as exc:
-                found["/" + str(path.relative_to(folder))] = f"<{errno.errorcode[exc.errno or 0]}>"
-    return found
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_two_mounts_and_the_api_agree_after_a_random_walk(
     engine: Engine, db_url: str, tmp_path: Path, seed: int
@@ -379,10 +365,10 @@ def test_two_mounts_and_the_api_agree_after_a_random_walk(
         return {m.path: m.content or "" for m in service.list_memories(store, view="full")}
 
     def agree() -> bool:
-        return _files(folders[0]) == _files(folders[1]) == stored()
+        return walks.files(folders[0]) == walks.files(folders[1]) == stored()
 
     def apart() -> str:
-        shown = "\n".join(f"m{n + 1}:    {_files(f)}" for n, f in enumerate(folders))
+        shown = "\n".join(f"m{n + 1}:    {walks.files(f)}" for n, f in enumerate(folders))
         return f"seed {seed}\nstore: {stored()}\n{shown}\nlast steps:\n{walk.last()}"
 
     with mounted(db_url, sessions[0].id, roots[0]), mounted(db_url, sessions[1].id, roots[1]):
@@ -416,4 +402,115 @@ def test_two_mounts_and_the_api_agree_after_a_random_walk(
         for fd, _ in held:
             os.close(fd)
         assert wait_for(agree), apart()
+    service.close()
+
+
+# A change through a read_only store's mount is refused; these are how (the kernel's own
+# answers come first: a name that is not there, a folder moved into itself).
+READ_ONLY = {errno.EROFS, errno.ENOENT, errno.EEXIST, errno.EINVAL, errno.ENOTDIR}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_two_mounts_of_two_stores_and_the_api_agree_after_a_wider_walk(
+    engine: Engine, db_url: str, tmp_path: Path, seed: int
+) -> None:
+    """The walk above, wider: folders in folders, ``mkdir`` and ``rmdir`` (through the API
+    too), truncation, ``sed -i``, a temporary renamed over a file, writes at an offset and
+    ``ftruncate`` through held descriptors, the API's creates; and a second store, attached
+    read_write to one mount and read_only to the other. Whenever no descriptor is open, both
+    mounts show exactly each store's files, and every directory the store has (one emptied
+    elsewhere may stay). Every change through the read_only mount is refused, and every
+    rename from one store to the other (``EXDEV``)."""
+    service = MemoryService(engine, actor="api")
+    stores = {"walk": service.create_store("Walk").id, "other": service.create_store("Other").id}
+    roots = [tmp_path / "m1", tmp_path / "m2"]
+    sessions = [
+        service.create_session(
+            [
+                {"memory_store_id": stores["walk"]},
+                {"memory_store_id": stores["other"], "access": access},
+            ],
+            mount_root=str(root),
+        )
+        for root, access in zip(roots, ["read_write", "read_only"], strict=True)
+    ]
+    walk = Walk(random.Random(seed), walks.WIDE_NAMES, walks.WIDE_DIRS)
+    held: list[tuple[int, str]] = []
+
+    def agree() -> bool:
+        for slug, store in stores.items():
+            shown = [walks.files(root / slug) for root in roots]
+            if not shown[0] == shown[1] == walks.stored(service, store):
+                return False
+            have = walks.stored_directories(service, store)
+            if not all(have <= walks.directories(root / slug) for root in roots):
+                return False
+        return True
+
+    def apart() -> str:
+        sides = [
+            f"{slug}: {walks.stored(service, store)} {walks.stored_directories(service, store)}"
+            + "".join(
+                f"\n  m{n + 1}: {walks.files(r / slug)} {walks.directories(r / slug)}"
+                for n, r in enumerate(roots)
+            )
+            for slug, store in stores.items()
+        ]
+        return f"seed {seed}\n" + "\n".join(sides) + f"\nlast steps:\n{walk.last()}"
+
+    with mounted(db_url, sessions[0].id, roots[0]), mounted(db_url, sessions[1].id, roots[1]):
+        rng = walk.rng
+        for i in range(200):
+            which, slug = rng.randrange(2), rng.choice(["walk", "walk", "other"])
+            folder, name, text = roots[which] / slug, rng.choice(walk.names), f"{i}\n"
+            at, other, roll = f"m{which + 1} {slug}/{name}", rng.choice(walk.names), rng.random()
+            read_only = which == 1 and slug == "other"
+            if roll < 0.5:
+                if roll < 0.25:
+                    walk.on_files(folder, name, other, text, roll * 2)
+                else:
+                    walk.on_more(folder, name, text, (roll - 0.25) * 4)
+                if read_only:  # refused (the kernel answers a rename onto itself 0 itself)
+                    what, outcome = walk.steps[-1].rsplit(": ", 1)
+                    refused = {errno.errorcode[e] for e in READ_ONLY}
+                    assert outcome in refused or what.startswith("rename"), walk.last()
+            elif roll < 0.53:
+                into = roots[which] / ("walk" if slug == "other" else "other") / other
+                code = walk.step(f"rename {at} to the other store", os.rename, folder / name, into)
+                assert code in (errno.EXDEV, errno.ENOENT, errno.EROFS), walk.last()
+            elif roll < 0.6 and not read_only:
+                try:
+                    flags = os.O_RDWR | (os.O_APPEND if rng.random() < 0.6 else 0)
+                    held.append((os.open(folder / name, flags), at))
+                    walk.steps.append(f"open {at}: ok")
+                except OSError as exc:
+                    walk.steps.append(f"open {at}: {errno.errorcode.get(exc.errno or 0)}")
+            elif roll < 0.68 and held:
+                fd, was = rng.choice(held)
+                kind = rng.random()
+                if kind < 0.6:
+                    walk.step(f"write {text.strip()} to {was}", os.write, fd, text.encode())
+                elif kind < 0.8:
+                    offset = rng.randrange(5)
+                    walk.step(f"write at {offset} to {was}", os.pwrite, fd, text.encode(), offset)
+                else:
+                    walk.step(f"ftruncate {was}", os.ftruncate, fd, min(2, os.fstat(fd).st_size))
+            elif roll < 0.74 and held:
+                fd, was = held.pop(rng.randrange(len(held)))
+                walk.step(f"close {was}", os.close, fd)
+            elif roll < 0.9:
+                store = stores[slug]
+                if rng.random() < 0.7:
+                    walk.through_api(service, store, name, other, text, create=False)
+                else:
+                    walk.more_through_api(service, store, name, text)
+            else:
+                time.sleep(rng.choice([0.0, 0.02, 0.1]))
+            if not held and rng.random() < 0.12:
+                assert wait_for(agree), apart()
+        for fd, was in held:
+            walk.step(f"close {was}", os.close, fd)  # EILSEQ after a refused write
+        assert wait_for(agree), apart()
+        by = {v.created_by.id for v in service.list_versions(stores["other"]) if v.created_by}
+        assert sessions[1].id not in by  # nothing went through the read_only mount
     service.close()
