@@ -250,6 +250,42 @@ def shows(path: Path, text: str) -> bool:
         return False
 
 
+@pytest.mark.parametrize("gone", ["deleted", "renamed"])
+def test_a_save_that_follows_its_file_into_a_folder_where_a_file_was_shows_it(
+    engine: Engine, db_url: str, tmp_path: Path, gone: str
+) -> None:
+    """Another writer removes ``x`` (deletes it, or renames it away) and moves ``b.md``, held
+    open here, to ``x/y.md``; the close here comes before the mount looked. Its save goes to
+    the memory, and the file follows it into the folder ``x``, where the mount still had the
+    file ``x``: the file went under the file, and when the mount heard of ``x``'s removal
+    both left it, for good (``x/y.md`` in the store, nothing in the mount)."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Over").id
+    x = service.create_memory(store, "/x", "ex\n")
+    b = service.create_memory(store, "/b.md", "b\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "over"
+        fd = os.open(folder / "b.md", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b"more\n")
+            _just_looked(service, store, folder)
+            if gone == "deleted":
+                service.delete_memory(store, x.id)
+            else:
+                service.update_memory(store, x.id, path="/z.md")
+            service.update_memory(store, b.id, path="/x/y.md")
+        finally:
+            os.close(fd)
+        want = {"/beacon.md", "/x/y.md"} | ({"/z.md"} if gone == "renamed" else set())
+        assert {m.path for m in service.list_memories(store)} == want
+        assert service.find_memory(store, "/x/y.md").content == "b\nmore\n"
+        assert wait_for(lambda: set(walks.files(folder)) == want), walks.files(folder)
+        assert (folder / "x" / "y.md").read_text() == "b\nmore\n"
+    service.close()
+
+
 @pytest.mark.parametrize("reading", [False, True], ids=["closed", "open"])
 def test_a_save_where_another_writer_just_moved_a_file_leaves_no_second_copy(
     engine: Engine, db_url: str, tmp_path: Path, reading: bool

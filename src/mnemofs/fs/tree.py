@@ -123,10 +123,17 @@ class TreeBase:
             self._place(mount, memory)
 
     def _ensure_dir(self, mount: StoreMount, rel: str) -> Node:
+        """The directory at ``rel``, made where missing. A file in the way is one the store no
+        longer has there (it has a directory: another writer removed the file and put files
+        under its name before this mount looked): it goes, as that removal will say."""
         assert mount.root is not None
         node = mount.root
         for part in [p for p in rel.split("/") if p]:
             child = node.children.get(part)
+            if child is not None and not child.is_dir:
+                self.vanished.append(Invalidation("entry", node.ino, part))
+                self._detach(child)
+                child = None
             if child is None:
                 child = self._new_node(part, node, True)
                 self._entries_changed(node)
