@@ -286,6 +286,31 @@ def test_a_save_that_follows_its_file_into_a_folder_where_a_file_was_shows_it(
     service.close()
 
 
+def test_a_new_file_not_saved_yet_where_files_arrive_under_its_name_fails_its_close(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A program here writes a new file ``x``, not closed yet; another writer makes ``x/y.md``
+    (the store has never heard of ``x``). The mount shows the folder, and the close here says
+    that the file could not be saved (a memory cannot sit where a folder is), rather than
+    dropping it with 0; ``y.md`` went under the file before, for good."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Under").id
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "under"
+        fd = os.open(folder / "x", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            os.write(fd, b"mine\n")
+            service.create_memory(store, "/x/y.md", "theirs\n")
+            assert wait_for(lambda: shows(folder / "x" / "y.md", "theirs\n"))
+        finally:
+            assert errno_of(os.close, fd) == errno.EEXIST
+        assert [m.path for m in service.list_memories(store)] == ["/x/y.md"]
+        assert walks.files(folder) == {"/x/y.md": "theirs\n"}
+    service.close()
+
+
 @pytest.mark.parametrize("reading", [False, True], ids=["closed", "open"])
 def test_a_save_where_another_writer_just_moved_a_file_leaves_no_second_copy(
     engine: Engine, db_url: str, tmp_path: Path, reading: bool

@@ -123,16 +123,21 @@ class TreeBase:
             self._place(mount, memory)
 
     def _ensure_dir(self, mount: StoreMount, rel: str) -> Node:
-        """The directory at ``rel``, made where missing. A file in the way is one the store no
-        longer has there (it has a directory: another writer removed the file and put files
-        under its name before this mount looked): it goes, as that removal will say."""
+        """The directory at ``rel``, made where missing. A file in the way is one the store
+        does not have there (it has a directory): another writer removed it and put files under
+        its name before this mount looked, and it goes, as that removal will say; or this mount
+        made it and has not saved it yet, and it leaves the tree but stays open: its save finds
+        the directory and fails, as its close says (a new file whose save fails goes)."""
         assert mount.root is not None
         node = mount.root
         for part in [p for p in rel.split("/") if p]:
             child = node.children.get(part)
             if child is not None and not child.is_dir:
                 self.vanished.append(Invalidation("entry", node.ino, part))
-                self._detach(child)
+                if child.memory_id is None and child.file is not None:
+                    drop_child(node, part)
+                else:
+                    self._detach(child)
                 child = None
             if child is None:
                 child = self._new_node(part, node, True)
