@@ -829,6 +829,28 @@ def test_a_change_its_size_and_mtime_do_not_show_is_sent(
     service.close()
 
 
+def _walking(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> tuple[Env, str, MemoryService, SyncWorker]:
+    """For the random walks: a store "Walk" synced to ``walk/`` by a worker in this process
+    (an interval of 50 ms), after its first pass."""
+    env = make(engine, db_url, tmp_path)
+    store = env.service.create_store("Walk").id
+    session = env.service.create_session([{"memory_store_id": store}], mount_root=str(env.root))
+    service = MemoryService(engine, actor=session.id)
+    worker = SyncWorker(service, session, env.root, interval=0.05)
+    worker.reconcile()
+    return env, store, service, worker
+
+
+def _settle(worker: SyncWorker) -> None:
+    """Passes enough for held deletes to go (twice the interval and more)."""
+    for _ in range(3):
+        worker.reconcile()
+        time.sleep(0.1)
+    worker.reconcile()
+
+
 def test_a_folder_and_the_api_agree_after_a_random_walk(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
@@ -838,20 +860,12 @@ def test_a_folder_and_the_api_agree_after_a_random_walk(
     exactly the store's files (conflict copies included: both keep them). Each step's outcome
     is not checked. Seed 11 found a rename over a file of the same size and mtime taken as
     unchanged, the two sides apart for good."""
-    env = make(engine, db_url, tmp_path)
-    store = env.service.create_store("Walk").id
-    session = env.service.create_session([{"memory_store_id": store}], mount_root=str(env.root))
-    service = MemoryService(engine, actor=session.id)
-    worker = SyncWorker(service, session, env.root, interval=0.05)
-    worker.reconcile()
+    env, store, service, worker = _walking(engine, db_url, tmp_path)
     folder, walk = env.root / "walk", Walk(random.Random(11))
     rng = walk.rng
 
     def agree() -> bool:
-        for _ in range(3):
-            worker.reconcile()
-            time.sleep(0.1)
-        worker.reconcile()
+        _settle(worker)
         return walks.files(folder) == walks.stored(env.service, store)
 
     for i in range(300):
@@ -879,21 +893,13 @@ def test_a_folder_and_the_api_agree_after_a_wider_walk(
     """The walk above, wider: folders in folders, ``mkdir`` and ``rmdir`` on both sides,
     truncation, ``sed -i``, a temporary renamed over a file, the API's creates. After passes
     enough for held deletes, the folder holds exactly the store's files and directories."""
-    env = make(engine, db_url, tmp_path)
-    store = env.service.create_store("Walk").id
-    session = env.service.create_session([{"memory_store_id": store}], mount_root=str(env.root))
-    service = MemoryService(engine, actor=session.id)
-    worker = SyncWorker(service, session, env.root, interval=0.05)
-    worker.reconcile()
+    env, store, service, worker = _walking(engine, db_url, tmp_path)
     folder = env.root / "walk"
     walk = Walk(random.Random(seed), walks.WIDE_NAMES, walks.WIDE_DIRS)
     rng = walk.rng
 
     def sides() -> tuple[object, object]:
-        for _ in range(3):
-            worker.reconcile()
-            time.sleep(0.1)
-        worker.reconcile()
+        _settle(worker)
         return (
             (walks.files(folder), walks.directories(folder)),
             (walks.stored(env.service, store), walks.stored_directories(env.service, store)),
