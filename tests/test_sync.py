@@ -320,6 +320,38 @@ def test_a_folder_whose_every_file_went_for_new_ones_is_not_lost(
     env.service.close()
 
 
+def test_a_watching_worker_says_a_lost_folder_until_it_is_mended(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """Every file gone at once, seen through inotify: refused and said at every pass, as a
+    ``--once`` run says it, until the folder is mended. The watching worker said it once;
+    the next passes looked only at inotify's news (none), cleared the errors file, and the
+    folder and the store stayed apart for good, in silence."""
+    env = make(engine, db_url, tmp_path)
+    env.service.create_memory(env.notes, "/b.md", "beta\n")
+    service = MemoryService(engine, actor=env.session.id)
+    worker = SyncWorker(service, env.session, env.root, interval=0.5)
+    worker.watch_local_changes()
+    for _ in range(3):  # the first look, the watches, the full look after a new watch
+        worker.reconcile()
+    notes = env.root / "notes"
+    (notes / "a.md").unlink()
+    (notes / "b.md").unlink()
+    for _ in range(3):
+        assert any("lost every one of its 2 files" in e for e in worker.reconcile().errors)
+        assert "lost every one" in (env.root / ".mnemofs-sync-errors").read_text()
+        time.sleep(0.3)
+    assert set(env.stored(env.notes)) == {"/a.md", "/b.md"}  # nothing deleted
+    (notes / "a.md").write_text("alpha\n")  # mended: one file back, the other let go
+    for _ in range(2):
+        assert worker.reconcile().errors == []
+        time.sleep(0.6)
+    assert env.stored(env.notes) == {"/a.md": "alpha\n"}
+    assert not (env.root / ".mnemofs-sync-errors").exists()
+    service.close()
+    env.service.close()
+
+
 def test_a_file_name_that_is_not_utf8_is_reported_not_fatal(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:

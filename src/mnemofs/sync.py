@@ -159,6 +159,7 @@ class SyncWorker:
             )
             report.errors.append(message)
             log.error("%s", message)
+            self.fresh.add(store_id)  # every file looked at again next time: said until mended
             return
         state.retry = set()
         had = (len(report.downloaded), len(report.deleted_local), set(state.directories))
