@@ -82,6 +82,17 @@ def make(engine: Engine, db_url: str, tmp_path: Path) -> Env:
     return Env(engine, db_url, tmp_path)
 
 
+def _watching(engine: Engine, env: Env) -> tuple[MemoryService, SyncWorker]:
+    """A worker in this process (an interval of 0.5 s) that watches the folder through
+    inotify, after its first passes: the first look, the watches, the full look after them."""
+    service = MemoryService(engine, actor=env.session.id)
+    worker = SyncWorker(service, env.session, env.root, interval=0.5)
+    worker.watch_local_changes()
+    for _ in range(3):
+        worker.reconcile()
+    return service, worker
+
+
 def test_local_edits_with_ordinary_tools_become_versions(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
@@ -293,13 +304,8 @@ def test_a_folder_whose_every_file_went_for_new_ones_is_not_lost(
     by a ``--once`` run's full look and by a watching worker's look at inotify's changes."""
     env = make(engine, db_url, tmp_path)
     env.service.create_memory(env.notes, "/b.md", "beta\n")
-    service = MemoryService(engine, actor=env.session.id)
-    worker = SyncWorker(service, env.session, env.root, interval=0.5)
-    if by == "watching":
-        worker.watch_local_changes()
-        for _ in range(3):  # the first look, the watches, the full look after a new watch
-            worker.reconcile()
-    else:
+    watching = _watching(engine, env) if by == "watching" else None
+    if watching is None:
         env.once(interval=1)
     notes = env.root / "notes"
     if how == "summed up":
@@ -309,14 +315,15 @@ def test_a_folder_whose_every_file_went_for_new_ones_is_not_lost(
         run("sh", "-c", "mkdir old && mv a.md b.md old/", cwd=notes)
         want = {"/old/a.md": "alpha\n", "/old/b.md": "beta\n"}
     for _ in range(2):  # the second after the deletes' hold
-        if by == "watching":
-            assert worker.reconcile().errors == []
+        if watching is not None:
+            assert watching[1].reconcile().errors == []
         else:
             out = env.once(interval=1)
             assert "lost" not in out, out
-        time.sleep(0.6 if by == "watching" else 1.1)
+        time.sleep(0.6 if watching else 1.1)
     assert env.stored(env.notes) == want
-    service.close()
+    if watching is not None:
+        watching[0].close()
     env.service.close()
 
 
@@ -329,11 +336,7 @@ def test_a_watching_worker_says_a_lost_folder_until_it_is_mended(
     folder and the store stayed apart for good, in silence."""
     env = make(engine, db_url, tmp_path)
     env.service.create_memory(env.notes, "/b.md", "beta\n")
-    service = MemoryService(engine, actor=env.session.id)
-    worker = SyncWorker(service, env.session, env.root, interval=0.5)
-    worker.watch_local_changes()
-    for _ in range(3):  # the first look, the watches, the full look after a new watch
-        worker.reconcile()
+    service, worker = _watching(engine, env)
     notes = env.root / "notes"
     (notes / "a.md").unlink()
     (notes / "b.md").unlink()
@@ -549,11 +552,7 @@ def test_a_watching_worker_removes_a_directory_once_its_files_went(
     env = make(engine, db_url, tmp_path)
     env.service.make_directory(env.notes, "/box")
     env.service.create_memory(env.notes, "/box/x.md", "x\n")
-    service = MemoryService(engine, actor=env.session.id)
-    worker = SyncWorker(service, env.session, env.root, interval=0.5)
-    worker.watch_local_changes()
-    for _ in range(3):  # the first look, the watches, the full look after a new watch
-        worker.reconcile()
+    service, worker = _watching(engine, env)
     run("rm", "-r", str(env.root / "notes" / "box"))
     worker.reconcile()  # a removed directory: a full look, and a new watch
     worker.reconcile()  # the full look after it; x.md still on hold
