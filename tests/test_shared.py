@@ -311,6 +311,92 @@ def test_a_new_file_not_saved_yet_where_files_arrive_under_its_name_fails_its_cl
     service.close()
 
 
+@pytest.mark.parametrize("how", ["last memory deleted", "rmdir", "folder moved", "nested"])
+def test_a_folder_removed_elsewhere_leaves_the_mount(
+    engine: Engine, db_url: str, tmp_path: Path, how: str
+) -> None:
+    """Another writer takes a folder away: deletes the last memory of a folder only its
+    memories made, removes an empty folder made with mkdir, moves a folder elsewhere, or
+    deletes the one memory two folders down. Within the spec's second the mount no longer
+    shows it either (it used to until this mount's own rmdir, or a remount). A folder the
+    store still keeps stays: one made with mkdir whose files went, one this mount emptied
+    with ``rm``, and one whose only subfolder this mount removed with ``rmdir``."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Gone").id
+    kept = service.make_directory(store, "/kept")
+    lone = service.create_memory(store, "/kept/lone.md", "lone\n")
+    service.create_memory(store, "/mine/last.md", "last\n")
+    service.make_directory(store, "/nest/sub")
+    if how == "rmdir":
+        service.make_directory(store, "/d")
+    else:
+        service.create_memory(store, "/d/a.md", "a\n")
+        service.create_memory(store, "/d/e/b.md" if how == "nested" else "/d/b.md", "b\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "gone"
+        (folder / "mine" / "last.md").unlink()
+        (folder / "nest" / "sub").rmdir()
+        assert (folder / "d").is_dir()
+        service.delete_memory(store, lone.id)
+        by_path = {m.path: m for m in service.list_memories(store)}
+        if how == "last memory deleted":
+            for path in ("/d/a.md", "/d/b.md"):
+                service.delete_memory(store, by_path[path].id)
+        elif how == "rmdir":
+            service.remove_directory(store, "/d")
+        elif how == "folder moved":
+            service.move_directory(store, "/d", "/f/d")
+        else:
+            service.delete_memory(store, by_path["/d/a.md"].id)
+            service.delete_memory(store, by_path["/d/e/b.md"].id)
+        want = walks.stored_directories(service, store)
+        assert "/d/" not in want
+        assert {"/kept/", "/mine/", "/nest/"} <= want
+        assert wait_for(lambda: walks.directories(folder) == want), walks.directories(folder)
+        assert walks.files(folder) == walks.stored(service, store)
+        assert not (folder / "d").exists()
+        assert kept.path in walks.directories(folder)
+    service.close()
+
+
+def test_a_working_directory_removed_elsewhere_takes_no_new_file(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A shell works in ``notes/d``; another writer moves ``/d`` to ``/old/d``. Its next
+    ``echo > x.md`` is refused (no such directory, as in a directory removed under it), where
+    it used to make ``/d/x.md`` in the store, bringing back the folder just moved away."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Cwd").id
+    service.create_memory(store, "/d/a.md", "a\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "cwd"
+        shell = subprocess.Popen(
+            ["sh", "-c", "read go; echo x > x.md; echo $?; mkdir e; echo $?"],
+            cwd=folder / "d",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            service.move_directory(store, "/d", "/old/d")
+            assert wait_for(lambda: not (folder / "d").exists())
+            out, err = shell.communicate("go\n", timeout=30)
+        finally:
+            if shell.poll() is None:
+                shell.kill()
+                shell.wait()
+        assert out.split() == ["2", "1"], err  # sh: a failed redirection is 2
+        assert "No such file or directory" in err
+        assert walks.stored(service, store) == {"/old/d/a.md": "a\n"}
+        assert walks.files(folder) == {"/old/d/a.md": "a\n"}
+    service.close()
+
+
 @pytest.mark.parametrize("reading", [False, True], ids=["closed", "open"])
 def test_a_save_where_another_writer_just_moved_a_file_leaves_no_second_copy(
     engine: Engine, db_url: str, tmp_path: Path, reading: bool
@@ -408,11 +494,11 @@ def test_two_mounts_and_the_api_agree_after_a_random_walk(
     """Two mounts of one store and the API change a handful of files at random: saves,
     appends, renames of files and directories, deletes, and descriptors held open across
     steps that write and close later. Whenever no descriptor is open, both mounts show, within
-    the spec's second, exactly the files the store holds (directories aside: one emptied
-    elsewhere stays until removed here). Each change's outcome is not checked (the mounts see
-    each other late, so a rename may find nothing): only that the three agree. This walk
-    found a rename elsewhere dropping an open descriptor's writes, a mount showing old bytes
-    after a rename of a file just saved elsewhere, and a second copy of a moved file."""
+    the spec's second, exactly the files the store holds. Each change's outcome is not checked
+    (the mounts see each other late, so a rename may find nothing): only that the three agree.
+    This walk found a rename elsewhere dropping an open descriptor's writes, a mount showing
+    old bytes after a rename of a file just saved elsewhere, and a second copy of a moved
+    file."""
     service = MemoryService(engine, actor="api")
     store = service.create_store("Walk").id
     roots = [tmp_path / "m1", tmp_path / "m2"]
@@ -479,9 +565,8 @@ def test_two_mounts_of_two_stores_and_the_api_agree_after_a_wider_walk(
     too), truncation, ``sed -i``, a temporary renamed over a file, writes at an offset and
     ``ftruncate`` through held descriptors, the API's creates; and a second store, attached
     read_write to one mount and read_only to the other. Whenever no descriptor is open, both
-    mounts show exactly each store's files, and every directory the store has (one emptied
-    elsewhere may stay). Every change through the read_only mount is refused, and every
-    rename from one store to the other (``EXDEV``)."""
+    mounts show exactly each store's files and directories. Every change through the read_only
+    mount is refused, and every rename from one store to the other (``EXDEV``)."""
     service = MemoryService(engine, actor="api")
     stores = {"walk": service.create_store("Walk").id, "other": service.create_store("Other").id}
     roots = [tmp_path / "m1", tmp_path / "m2"]
@@ -504,7 +589,7 @@ def test_two_mounts_of_two_stores_and_the_api_agree_after_a_wider_walk(
             if not shown[0] == shown[1] == walks.stored(service, store):
                 return False
             have = walks.stored_directories(service, store)
-            if not all(have <= walks.directories(root / slug) for root in roots):
+            if not all(have == walks.directories(root / slug) for root in roots):
                 return False
         return True
 

@@ -401,6 +401,24 @@ def test_the_directory_count_keeps_in_step(service: MemoryService, store_id: str
     assert f"store {store_id}: directory_count is 9 but it keeps 4 directories" in problem
 
 
+def test_an_rmdir_that_empties_its_parent_keeps_it(service: MemoryService, store_id: str) -> None:
+    """``remove_directory(keep_directory=True)``, a mount's rmdir: the directory holding the one
+    removed stays (explicit) when the removal empties it, as on a disk; it takes no row, of
+    those a store may keep, while anything else is in it; without the flag it goes."""
+    for path in ("/p/q", "/r/s", "/r/t", "/u/v"):
+        service.make_directory(store_id, path)
+    service.create_memory(store_id, "/w/x/y.md", "y")
+    service.make_directory(store_id, "/w/z")
+    service.remove_directory(store_id, "/p/q", keep_directory=True)
+    service.remove_directory(store_id, "/r/s", keep_directory=True)
+    service.remove_directory(store_id, "/w/z", keep_directory=True)
+    service.remove_directory(store_id, "/u/v")
+    assert service.explicit_directories(store_id) == ["/p/", "/r/t/"]
+    assert service.store_usage(store_id)["directories"] == 2
+    tops = [e.path for e in service.list_memories(store_id, depth=1)]
+    assert tops == ["/p/", "/r/", "/w/"]
+
+
 def test_take_back_keeps_the_path_s_memory(service: MemoryService, store_id: str) -> None:
     """``sed -i.bak``: the file is renamed to its backup, and a new file saved at its name. The
     memory comes back to the name with the new content, one version; the backup is a new

@@ -415,8 +415,9 @@ class RemoteBackend:
         data = self._call("POST", f"{self._store(store_id)}/directories", {"path": path})
         return MemoryPrefix(data["path"])
 
-    def remove_directory(self, store_id: str, path: str) -> None:
-        self._call("POST", f"{self._store(store_id)}/directories/remove", {"path": path})
+    def remove_directory(self, store_id: str, path: str, *, keep_directory: bool = False) -> None:
+        body = {"path": path, "keep_directory": keep_directory}
+        self._call("POST", f"{self._store(store_id)}/directories/remove", body)
 
     # -- keeping up and keeping well -------------------------------------------------------------
     def listen_for_changes(self) -> ChangeStream | None:

@@ -49,7 +49,7 @@ class NamesMixin(FilesMixin):
         if node.children:
             raise FsError(errno.ENOTEMPTY, f"{name!r} is not empty")
         with suppress(NotFound):  # only this mount still showed it
-            self.service.remove_directory(mount.store_id, self.path(node))
+            self.service.remove_directory(mount.store_id, self.path(node), keep_directory=True)
         self._detach(node)
         self._entries_changed(parent)
 
@@ -259,3 +259,10 @@ class NamesMixin(FilesMixin):
         if target is not None:
             self._detach(target)
         self._move(node, dst_dir, new_name)
+        # Each directory moved along is where the store moved its own, if it had one; one it
+        # did not have (moved away elsewhere, unseen here) goes at the next look, once empty.
+        stack = [node]
+        while stack:
+            directory = stack.pop()
+            self.dirs_touched.add(directory)
+            stack += [child for child in directory.children.values() if child.is_dir]

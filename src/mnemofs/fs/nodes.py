@@ -109,6 +109,9 @@ class StoreMount:
     max_memories: int = 10_000  # the store's cap (its own, else the global limit)
     max_bytes: int = 102_400  # the store's cap on one memory (its own, else the global one)
     root: Node | None = None
+    # The store's explicit directories as last seen ("a/b"): one it no longer lists is looked
+    # at (``RefreshMixin._sync_directories``).
+    directories: set[str] = field(default_factory=set)
 
     @property
     def writable(self) -> bool:

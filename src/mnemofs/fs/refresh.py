@@ -84,7 +84,8 @@ class RefreshMixin(FilesMixin):
             self._heard(mount, change)
         for memory_id in news:
             out += self._apply_change(mount, memory_id, found.get(MemoryId(memory_id)))
-        out += self._sync_directories(mount, directories)
+        if last:
+            out += self._sync_directories(mount, directories)
         return last
 
     def _own_moves(self, mount: StoreMount, state: StoreState) -> bool:
@@ -199,13 +200,36 @@ class RefreshMixin(FilesMixin):
         return out
 
     def _sync_directories(self, mount: StoreMount, directories: list[str]) -> list[Invalidation]:
-        """Show ``directories``, the store's, made elsewhere (mkdir through another mount).
-        Directories removed elsewhere stay until this mount's rmdir or remount (they are
-        empty by then)."""
+        """Show the store's explicit ``directories`` made elsewhere (mkdir through another
+        mount), and drop the empty directories it no longer has: removed, emptied or moved
+        elsewhere (an implied directory goes with its last memory; every removal here keeps
+        its directory explicit, as POSIX keeps it). Looked at: the directories whose entries
+        changed since the last look (a save here that followed its memory away empties one
+        too), and those the store no longer lists; a parent they leave empty, in turn."""
         out: list[Invalidation] = []
         for prefix in directories:
             if self._lookup_path(mount, prefix) is None:
                 node = self._ensure_dir(mount, prefix.strip("/"))
                 assert node.parent is not None
                 out.append(Invalidation("entry", node.parent.ino, node.name))
+        listed = {prefix.strip("/") for prefix in directories}
+        gone = [self._lookup_path(mount, rel) for rel in mount.directories - listed]
+        mount.directories = listed
+        suspects = [d for d in self.dirs_touched if d.mount is mount] + [d for d in gone if d]
+        while suspects:
+            node = suspects.pop()
+            if (
+                node.parent is None
+                or node is mount.root
+                or not node.is_dir
+                or node.children
+                or node.unlinked
+                or node.history is not None
+                or self.path(node).strip("/") in listed
+            ):
+                continue
+            out.append(Invalidation("entry", node.parent.ino, node.name))
+            suspects.append(node.parent)
+            self._detach(node)
+        self.dirs_touched = {d for d in self.dirs_touched if d.mount is not mount}
         return out

@@ -52,6 +52,9 @@ class TreeBase:
         # Directories whose entries changed since the last refresh (their cached attributes
         # go then: a change from elsewhere moves times and link counts the kernel keeps).
         self.dirs_changed: set[Node] = set()
+        # The same, since the last refresh looked at them for a directory the store no longer
+        # has (fs/refresh.py ``_sync_directories``): emptied here or there, and not kept.
+        self.dirs_touched: set[Node] = set()
         # The tree shows everything in the stores up to the last look (fs/refresh.py): not
         # while a refresh is under way or after one failed, nor after a change of ours whose
         # outcome is unknown (the database went away as it committed).
@@ -92,6 +95,8 @@ class TreeBase:
         self._next_ino += 1
         self.nodes[node.ino] = node
         set_child(parent, name, node)
+        if is_dir:  # looked at once: the store may not keep it (fs/refresh.py)
+            self.dirs_touched.add(node)
         return node
 
     def _entries_changed(self, *dirs: Node) -> None:
@@ -101,6 +106,7 @@ class TreeBase:
         for directory in dirs:
             directory.mtime_ns = directory.ctime_ns = now
         self.dirs_changed.update(dirs)
+        self.dirs_touched.update(dirs)
 
     def _load(self, mount: StoreMount) -> None:
         """Build (or rebuild) a store's subtree from a snapshot of the store."""
@@ -117,8 +123,9 @@ class TreeBase:
         self.nodes[root.ino] = root
         set_child(self.root, mount.slug, root)
         mount.root = root
-        for prefix in snap.directories:
-            self._ensure_dir(mount, prefix.strip("/"))
+        mount.directories = {prefix.strip("/") for prefix in snap.directories}
+        for prefix in mount.directories:
+            self._ensure_dir(mount, prefix)
         for memory in snap.memories:
             self._place(mount, memory)
 
@@ -328,6 +335,8 @@ class TreeBase:
     def _writable(self, node: Node, what: str) -> StoreMount:
         if node.history is not None:
             raise FsError(errno.EROFS, f"{what}: .history is read-only (copy a version out)")
+        if node.unlinked and node.is_dir:  # a working directory removed elsewhere
+            raise FsError(errno.ENOENT, f"{what}: the directory {node.name!r} was removed")
         mount = node.mount
         if mount is None:
             raise FsError(errno.EROFS, f"{what}: the mount root is read-only")

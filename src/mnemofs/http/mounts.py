@@ -73,6 +73,10 @@ class Directory(BaseModel):
     path: str
 
 
+class RemoveDirectory(Directory):
+    keep_directory: bool = False
+
+
 class Accesses(BaseModel):
     memory_ids: list[str]
 
@@ -306,12 +310,13 @@ async def make_directory(request: Request, store_id: str) -> Response:
 @router.post(
     "/memory_stores/{store_id}/directories/remove",
     summary="rmdir",
-    openapi_extra=_documented(Directory),
+    openapi_extra=_documented(RemoveDirectory),
 )
 async def remove_directory(request: Request, store_id: str) -> Response:
-    body = await _body(request, Directory)
+    body = await _body(request, RemoveDirectory)
     attachment(caller_of(request), store_id, write=True)
-    await run(request, service(request).remove_directory, store_id, body.path)
+    keep = body.keep_directory
+    await run(request, service(request).remove_directory, store_id, body.path, keep_directory=keep)
     return reply({"removed": body.path})
 
 

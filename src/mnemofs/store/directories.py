@@ -8,7 +8,7 @@ from typing import Any
 
 from mnemofs import limits
 from mnemofs.errors import StoreFull
-from mnemofs.paths import ROOT, parent_prefix
+from mnemofs.paths import ROOT, parent_prefix, prefix_upper_bound
 from mnemofs.store.tx import Tx
 
 # What makes a directory not empty (``remove_directory``): its first memory, its first
@@ -47,6 +47,12 @@ KEEP_DIRECTORY = (
 )
 
 
+# The same for a directory removed (rmdir): only when it leaves the one holding it empty.
+_KEEP_EMPTIED_DIRECTORY = KEEP_DIRECTORY.replace(
+    " ON CONFLICT", f" AND NOT EXISTS ({FIRST_INSIDE}) ON CONFLICT"
+)
+
+
 def directories_full(store_id: str, path: str) -> StoreFull:
     most = limits.MAX_DIRECTORIES_PER_STORE
     return StoreFull(
@@ -73,3 +79,13 @@ def keep_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
     if parent != ROOT:
         params = {"store": store_id, "parent": parent, "now": now}
         tx.run(KEEP_DIRECTORY, params | {"most": limits.MAX_DIRECTORIES_PER_STORE})
+
+
+def keep_emptied_directory(tx: Tx, store_id: str, path: str, now: str) -> None:
+    """``keep_directory`` after ``path``, a directory, was removed: only if that left the
+    directory holding it empty (a removal elsewhere in it keeps no row: rows are counted)."""
+    parent = parent_prefix(path)
+    if parent != ROOT:
+        params: dict[str, Any] = {"store": store_id, "parent": parent, "now": now}
+        params |= {"lo": parent, "hi": prefix_upper_bound(parent)}
+        tx.run(_KEEP_EMPTIED_DIRECTORY, params | {"most": limits.MAX_DIRECTORIES_PER_STORE})

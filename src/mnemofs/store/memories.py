@@ -38,6 +38,7 @@ from mnemofs.store.directories import (
     NOTHING_INSIDE,
     directory_room,
     directory_room_guard,
+    keep_emptied_directory,
 )
 from mnemofs.store.rows import (
     _AS_SAVED,
@@ -521,11 +522,16 @@ class MemoriesMixin(ServiceBase):
 
         return self._write(run)
 
-    def remove_directory(self, store_id: str, path: str) -> None:
-        """Remove an empty directory (``rmdir``); a directory with anything in it is a conflict."""
+    def remove_directory(self, store_id: str, path: str, *, keep_directory: bool = False) -> None:
+        """Remove an empty directory (``rmdir``); a directory with anything in it is a conflict.
+        ``keep_directory`` keeps the directory holding it, as a filesystem's rmdir does."""
         path = validate_path(path.rstrip("/") or "/")
         prefix = path + "/"
         params = {"store": store_id, "lo": prefix, "hi": prefix_upper_bound(prefix)}
+
+        def keep(tx: Tx) -> None:
+            if keep_directory:
+                keep_emptied_directory(tx, store_id, path, utc_now())
 
         remove = "DELETE FROM directories WHERE store_id = :store AND path = :lo RETURNING path"
         if self.db.dialect == "postgresql":
@@ -535,6 +541,7 @@ class MemoriesMixin(ServiceBase):
                 tx.tell(store_id)
                 tx.guard(NOTHING_INSIDE, params)
                 tx.guard(f"WITH d AS ({remove}) SELECT 1 / count(*)::int FROM d", params)
+                keep(tx)
 
             with suppress(GuardFailed):
                 return self._write(guarded)
@@ -550,5 +557,6 @@ class MemoriesMixin(ServiceBase):
                 raise Conflict(f"directory {prefix!r} is not empty (it holds {rows[0].path!r})")
             if not deleted():
                 raise NotFound(f"no directory {prefix!r} in store {store_id!r}")
+            keep(tx)
 
         self._write(run)
