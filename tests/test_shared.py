@@ -397,6 +397,34 @@ def test_a_working_directory_removed_elsewhere_takes_no_new_file(
     service.close()
 
 
+def test_a_failed_save_over_a_file_saved_elsewhere_shows_their_bytes(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """A program here appends to ``b.md`` and has not closed it; another writer saves it; then
+    a write here is refused (a NUL byte: ``EILSEQ``), so its close saves nothing. The file is
+    put back as the store has it, their bytes: it used to go back to the bytes this mount last
+    saved, and show them until the file changed again (found by the wider walk)."""
+    service = MemoryService(engine, actor="api")
+    store = service.create_store("Undo").id
+    b = service.create_memory(store, "/b.md", "mine\n")
+    root = tmp_path / "mnt"
+    session = service.create_session([{"memory_store_id": store}], mount_root=str(root))
+    with mounted(db_url, session.id, root):
+        folder = root / "undo"
+        assert (folder / "b.md").read_text() == "mine\n"
+        fd = os.open(folder / "b.md", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b"more\n")
+            service.update_memory(store, b.id, content="theirs\n")
+            _just_looked(service, store, folder)
+            assert errno_of(os.write, fd, b"\0") == errno.EILSEQ
+        finally:
+            assert errno_of(os.close, fd) == errno.EILSEQ
+        assert service.find_memory(store, "/b.md").content == "theirs\n"
+        assert (folder / "b.md").read_text() == "theirs\n"
+    service.close()
+
+
 @pytest.mark.parametrize("reading", [False, True], ids=["closed", "open"])
 def test_a_save_where_another_writer_just_moved_a_file_leaves_no_second_copy(
     engine: Engine, db_url: str, tmp_path: Path, reading: bool

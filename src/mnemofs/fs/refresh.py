@@ -158,9 +158,11 @@ class RefreshMixin(FilesMixin):
             out += self._follow(mount, node, memory.path) or []  # renamed: a descriptor follows
         if node is not None and node.file is not None and node.file.dirty:
             # Our unsaved edit wins at its save (the last commit is the head), which compares
-            # it with what the store holds now: the same bytes make no version, others do.
+            # it with what the store holds now: the same bytes make no version, others do. A
+            # save that fails puts back what is saved: theirs now, not what this mount saved.
             if memory is not None:
                 node.version_id, node.sha256 = memory.memory_version_id, memory.content_sha256
+                self._cache(node, (memory.content or "").encode())
             return out
         if node is not None and (memory is None or self.path(node) != memory.path):
             assert node.parent is not None
