@@ -612,3 +612,17 @@ def test_a_refresh_reads_every_batch_of_changes(
     fs.refresh()
     assert [fs.lookup(root.ino, f"theirs-{i}.md") is not None for i in range(5)] == [True] * 5
     assert fs.lookup(root.ino, "made") is not None
+
+
+def test_directories_looked_at_next_are_bounded_by_the_tree(fs: MemoryFs) -> None:
+    """Each directory made or changed is looked at by the next look at the store (one it no
+    longer has goes); a mount nobody else writes to never looks, so a removed one is not kept
+    for it: folders made and removed without end hold no memory."""
+    root = store_root(fs)
+    for i in range(200):
+        sub = fs.mkdir(root.ino, f"d{i}")
+        fs.mkdir(sub.ino, "e")
+        fs.rmdir(sub.ino, "e")
+        fs.rmdir(root.ino, f"d{i}")
+    assert len(fs.dirs_touched) <= 2  # at most the stores' own folders
+    assert not any(d.unlinked for d in fs.dirs_touched)

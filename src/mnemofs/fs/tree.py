@@ -276,6 +276,7 @@ class TreeBase:
         if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
             del self.by_memory[node.memory_id]
         node.unlinked = True
+        self.dirs_touched.discard(node)  # (a mount with nobody else writing never looks)
         self._forget_node(node)
 
     def forget(self, ino: int, count: int) -> None:
