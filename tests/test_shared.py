@@ -397,13 +397,15 @@ def test_a_working_directory_removed_elsewhere_takes_no_new_file(
     service.close()
 
 
+@pytest.mark.parametrize("how", ["saved", "replaced"])
 def test_a_failed_save_over_a_file_saved_elsewhere_shows_their_bytes(
-    engine: Engine, db_url: str, tmp_path: Path
+    engine: Engine, db_url: str, tmp_path: Path, how: str
 ) -> None:
-    """A program here appends to ``b.md`` and has not closed it; another writer saves it; then
-    a write here is refused (a NUL byte: ``EILSEQ``), so its close saves nothing. The file is
-    put back as the store has it, their bytes: it used to go back to the bytes this mount last
-    saved, and show them until the file changed again (found by the wider walk)."""
+    """A program here appends to ``b.md`` and has not closed it; another writer saves it (or
+    deletes it and makes a new ``b.md``); then a write here is refused (a NUL byte:
+    ``EILSEQ``), so its close saves nothing. The file is put back as the store has it, their
+    bytes: it used to go back to the bytes this mount last saved, and show them until the
+    file changed again (found by the wider walk, both ways)."""
     service = MemoryService(engine, actor="api")
     store = service.create_store("Undo").id
     b = service.create_memory(store, "/b.md", "mine\n")
@@ -415,7 +417,11 @@ def test_a_failed_save_over_a_file_saved_elsewhere_shows_their_bytes(
         fd = os.open(folder / "b.md", os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, b"more\n")
-            service.update_memory(store, b.id, content="theirs\n")
+            if how == "saved":
+                service.update_memory(store, b.id, content="theirs\n")
+            else:
+                service.delete_memory(store, b.id)
+                service.create_memory(store, "/b.md", "theirs\n")
             _just_looked(service, store, folder)
             assert errno_of(os.write, fd, b"\0") == errno.EILSEQ
         finally:

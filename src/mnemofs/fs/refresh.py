@@ -181,8 +181,10 @@ class RefreshMixin(FilesMixin):
                 and (existing.memory_id is None or existing.file.dirty)
             ):
                 # Our own file at that path is open or unsaved: it becomes that memory, and our
-                # content wins at its save (the last commit is the head; nothing is lost).
+                # content wins at its save (the last commit is the head; nothing is lost). A
+                # save that fails puts back what is saved: that memory's bytes.
                 self._apply_memory(existing, memory)
+                self._cache(existing, (memory.content or "").encode())
                 return out
             if existing is not None:
                 out.append(Invalidation("entry", existing.parent.ino, existing.name))  # type: ignore[union-attr]
