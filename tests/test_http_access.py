@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -504,10 +505,68 @@ def test_twenty_clients_one_precondition_one_winner(api: Api) -> None:
     assert s.get_memory(store.id, mem.id).content.startswith("writer ")  # type: ignore[union-attr]
 
 
+def test_numbers_no_database_integer_holds_are_refused(api: Api) -> None:
+    """Found by fuzzing the server from its own /openapi.json: a feed position past a 64-bit
+    integer was a 500 (the driver's overflow). Every number a client sends is answered as a
+    refusal that names it, and the other kinds of refusal found beside it say what they may."""
+    s = api.service
+    store = s.create_store("Numbers").id
+    session = s.create_session([{"memory_store_id": store}]).id
+    huge = 10**26
+    for path in (
+        f"/mnemofs/v1/memory_stores/{store}/changes?after={huge}",
+        f"/mnemofs/v1/memory_stores/{store}/changes?after=-{huge}",
+        f"/mnemofs/v1/memory_stores/{store}/changes?after=-1",
+        f"/v1/memory_stores/{store}/memories?limit={huge}",
+        f"/v1/memory_stores/{store}/memory_versions?limit={huge}",
+        f"/v1/sessions?limit={huge}",
+    ):
+        status, body, _ = call(api, "GET", path)
+        assert status == 400, (path, body)
+        assert body["error"]["type"] == "invalid_request_error"
+    status, body, _ = call(api, "GET", f"/mnemofs/v1/memory_stores/{store}/changes?after=0")
+    assert status == 200
+    for path, sent in (
+        ("/v1/memory_stores", {"name": "caps", "max_memories": huge}),
+        ("/v1/memory_stores", {"name": "caps", "max_content_bytes": huge}),
+        (f"/v1/memory_stores/{store}", {"max_memories": huge}),
+        ("/mnemofs/v1/pools", {"name": "pool", "max_memories": huge}),
+    ):
+        status, body, _ = call(api, "POST", path, sent)
+        assert status == 400, (path, body)
+        assert str(huge) in body["error"]["message"]
+    status, body, _ = call(api, "GET", f"/mnemofs/v1/sessions/{session}/context?max_words={huge}")
+    assert status == 200  # as many words as there are
+    # A method no route takes says which ones do (RFC 9110), over every route at that path.
+    status, body, headers = call(api, "PUT", f"/v1/memory_stores/{store}")
+    assert status == 405
+    assert headers["allow"] == "DELETE, GET, POST"
+
+
 def test_openapi_health_and_logs(api: Api) -> None:
     status, doc, _ = call(api, "GET", "/openapi.json", auth=None)
     assert status == 200
     assert "/v1/memory_stores/{store_id}/memories/{memory_id}" in doc["paths"]
+    # Every reference resolves within the document (a client generator or a fuzzer reads
+    # them from its root: a body's own "#/$defs/..." did not).
+    refs = re.findall(r'"\$ref": "([^"]+)"', json.dumps(doc))
+    assert refs
+    for ref in refs:
+        assert ref.startswith("#/"), ref
+        node = doc
+        for part in ref[2:].split("/"):
+            assert part in node, ref
+            node = node[part]
+    # What a refusal looks like, on every operation: the wire's error body with a 4xx or 5xx,
+    # not the framework's 422 (this server answers a body that does not validate with 400).
+    error = {"$ref": "#/components/schemas/Error"}
+    for operations in doc["paths"].values():
+        for operation in operations.values():
+            responses = operation["responses"]
+            assert "422" not in responses
+            for status in ("4XX", "5XX"):
+                assert responses[status]["content"]["application/json"]["schema"] == error
+    assert doc["components"]["schemas"]["Error"]["required"] == ["type", "error", "request_id"]
     status, health, headers = call(api, "GET", "/health", auth=None)
     assert (status, health) == (200, {"status": "ok"})
     assert headers["request-id"].startswith("req_")

@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from mnemofs import limits
 from mnemofs.errors import (
@@ -41,7 +42,14 @@ from mnemofs.http.bell import Bell
 from mnemofs.http.lean import LeanRoutes
 from mnemofs.http.revisions import Revisions
 from mnemofs.http.runner import store_runner
-from mnemofs.http.wire import HttpError, Runner, domain_status, error_reply, reply
+from mnemofs.http.wire import (
+    HttpError,
+    Runner,
+    document_errors,
+    domain_status,
+    error_reply,
+    reply,
+)
 from mnemofs.models import new_ulid
 from mnemofs.store.service import MemoryService
 
@@ -248,10 +256,22 @@ async def _on_route(request: Request, exc: Exception) -> Response:
         return error_reply(404, "not_found_error", message, _request_id(request))
     if exc.status_code == 405:
         message = f"{request.method} is not allowed on {request.url.path}"
-        return error_reply(405, "invalid_request_error", message, _request_id(request))
+        allow = {"Allow": ", ".join(_methods_at(request))}  # RFC 9110 asks for it
+        return error_reply(405, "invalid_request_error", message, _request_id(request), allow)
     return error_reply(
         exc.status_code, "invalid_request_error", str(exc.detail), _request_id(request)
     )
+
+
+def _methods_at(request: Request) -> list[str]:
+    """The methods some route takes at the request's path (each method is a route of its
+    own, so the one route the router tried names only its own)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "OPTIONS"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def _on_fault(request: Request, exc: Exception) -> Response:
@@ -307,5 +327,7 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
             return error_reply(503, "overloaded_error", exc.message, "req_health")
         return reply({"status": "ok"})
 
+    made = app.openapi
+    app.openapi = lambda: app.openapi_schema or document_errors(made())  # type: ignore[method-assign]
     app.add_middleware(Guard)
     return app

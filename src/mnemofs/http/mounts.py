@@ -142,16 +142,35 @@ def _query(request: Request, model: type[M]) -> M:
         ) from None
 
 
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with the models it uses written in place: pydantic refers to
+    them as ``#/$defs/...``, which a reader of the OpenAPI document resolves from its root,
+    where they are not (none of these models refers to itself)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inlined(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inlined(defs[ref.removeprefix("#/$defs/")])
+            return {key: inlined(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inlined(item) for item in node]
+        return node
+
+    return dict(inlined(schema))
+
+
 def _documented(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` that documents ``model`` as the request body."""
-    schema = model.model_json_schema()
-    content = {"application/json": {"schema": schema}}
+    content = {"application/json": {"schema": _schema(model)}}
     return {"requestBody": {"required": True, "content": content}}
 
 
 def _documented_query(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` that documents ``model``'s fields as query parameters."""
-    schema = model.model_json_schema()
+    schema = _schema(model)
     required = set(schema.get("required", ()))
     return {
         "parameters": [

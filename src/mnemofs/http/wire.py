@@ -105,3 +105,43 @@ def error_reply(
     if 400 <= status < 500 and status not in (408, 429):
         response.headers["x-should-retry"] = "false"
     return response
+
+
+_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["type", "error", "request_id"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {
+                "type": {"type": "string", "description": "invalid_request_error, ..."},
+                "message": {"type": "string", "description": "what was wrong, by name"},
+                "mnemofs_error": {"type": "string", "description": "mnemofs's own refusal"},
+            },
+        },
+        "request_id": {"type": "string"},
+    },
+}
+
+
+def document_errors(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc``, the OpenAPI document the framework made, saying what this server answers
+    when it refuses: the error body above with a 4xx or 5xx, never the framework's 422
+    (a body or query that does not validate is a 400 here)."""
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    schemas["Error"] = _ERROR_SCHEMA
+    body = {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for operations in doc.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            responses["4XX"] = {"description": "Refused (see the error's type)", "content": body}
+            responses["5XX"] = {"description": "Unavailable or failed", "content": body}
+    if not schemas:
+        del doc["components"]
+    return doc

@@ -8,7 +8,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from mnemofs.errors import NotFound, Unavailable
+from mnemofs.errors import InvalidRequest, NotFound, Unavailable
 from mnemofs.models import (
     Change,
     MemoryId,
@@ -137,6 +137,8 @@ class FeedMixin(ServiceBase):
 
     def changes(self, store_id: str, after_seq: int, *, limit: int = 1000) -> list[Change]:
         """Versions written to the store after position ``after_seq``, oldest first."""
+        if not 0 <= after_seq <= SEQ_END:  # a database integer holds no other
+            raise InvalidRequest(f"after must be a feed position, 0 to {SEQ_END}: {after_seq}")
 
         def run(tx: Tx) -> list[Change]:
             versions = store_seq_range(tx.dialect)
