@@ -543,6 +543,42 @@ def test_numbers_no_database_integer_holds_are_refused(api: Api) -> None:
     assert headers["allow"] == "DELETE, GET, POST"
 
 
+def test_text_with_nul_is_refused_and_changes_nothing(api: Api) -> None:
+    """Also found by the fuzzer: on PostgreSQL a description or instructions holding NUL were
+    stored cut at it (libpq sends text parameters as C strings), and an id holding one was a
+    503 that clients retry, or, cut at the NUL, named the memory it began with."""
+    s = api.service
+    store = s.create_store("Nul", "kept as it was").id
+    memory = s.create_memory(store, "/kept.md", "kept")
+    status, body, _ = call(api, "POST", f"/v1/memory_stores/{store}", {"description": "a\x00b"})
+    assert (status, body["error"]["message"]) == (400, "description contains a NUL character at 1")
+    status, body, _ = call(api, "POST", "/v1/memory_stores", {"name": "n", "description": "\x00"})
+    assert status == 400
+    attach = {"type": "memory_store", "memory_store_id": store}
+    for sent, word in (
+        ({"resources": [{**attach, "instructions": "do\x00this"}]}, "instructions"),
+        ({"resources": [attach], "mount_root": "/mnt/a\x00b"}, "mount_root"),
+    ):
+        status, body, _ = call(api, "POST", "/v1/sessions", sent)
+        assert status == 400 and word in body["error"]["message"], body
+    assert s.get_store(store).description == "kept as it was"
+    base = f"/v1/memory_stores/{store}/memories"
+    for method, path in (
+        ("DELETE", f"{base}/{memory.id}%00x"),
+        ("POST", f"{base}/{memory.id}%00x"),
+        ("GET", f"{base}/{memory.id}%00x"),
+        ("GET", f"/v1/memory_stores/{store}%00x"),
+        ("GET", f"/v1/memory_stores/{store}/memory_versions?memory_id={memory.id}%00x"),
+    ):
+        sent = {"content": "changed"} if method == "POST" else None
+        status, body, headers = call(api, method, path, sent)
+        assert status in (400, 404) or (method, status) == ("GET", 200), (method, path, body)
+        if status != 200:
+            assert headers["x-should-retry"] == "false"
+    assert s.get_memory(store, memory.id).content == "kept"  # type: ignore[union-attr]
+    assert len(s.list_versions(store).data) == 1
+
+
 def test_openapi_health_and_logs(api: Api) -> None:
     status, doc, _ = call(api, "GET", "/openapi.json", auth=None)
     assert status == 200

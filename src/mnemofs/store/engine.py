@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from mnemofs.errors import InvalidRequest, StorageFull, Unavailable
+from mnemofs.errors import InvalidRequest, MnemofsError, StorageFull, Unavailable
 from mnemofs.private import create_private_file, private_dir
 from mnemofs.store.pgwait import connection_class
 from mnemofs.store.revision import SCHEMA_REVISION
@@ -303,3 +303,17 @@ def driver_failure(exc: Exception) -> Unavailable:
 def first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# psycopg's refusal of a string holding NUL, before anything is sent (pgpipe.py's too): no
+# PostgreSQL text holds one. What a caller writes is checked before; an id or a name a caller
+# only looks up is not, and is refused this way.
+NUL_REFUSED = "PostgreSQL text fields cannot contain NUL (0x00) bytes"
+
+
+def refused(exc: Exception) -> MnemofsError:
+    """The domain error for a driver's error in a transaction: a value no database holds is
+    the request's fault, not the database's (never retried); else ``driver_failure``."""
+    if NUL_REFUSED in str(exc):
+        return InvalidRequest("a value given contains a NUL character, which nothing stored holds")
+    return driver_failure(exc)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
+from mnemofs.store.engine import NUL_REFUSED
 from mnemofs.store.pgwait import Spin
 from mnemofs.store.tx import GuardFailed, Statements, Tx
 
@@ -62,7 +63,13 @@ def _as_text(value: Any) -> bytes | None:
         return None
     if isinstance(value, bool):
         return b"t" if value else b"f"
-    if isinstance(value, (int, float, str)):
+    if isinstance(value, str):
+        if "\x00" in value:  # libpq would send the text up to it: refused, as psycopg does
+            from psycopg import DataError
+
+            raise DataError(NUL_REFUSED)
+        return value.encode()
+    if isinstance(value, (int, float)):
         return str(value).encode()
     raise TypeError(f"cannot send a {type(value).__name__} as a query parameter")
 

@@ -377,7 +377,15 @@ def _validate_description(description: object) -> str:
         raise InvalidRequest(
             f"description is {len(description)} characters, over {limits.MAX_DESCRIPTION_CHARS}"
         )
+    _no_nul(description, "description")
     return description
+
+
+def _no_nul(text: str, what: str) -> None:
+    """Text that is stored and shown holds no NUL, as content does not (PostgreSQL cannot
+    store one; SQLite would, and a prompt or a shell would show the text cut there)."""
+    if (at := text.find("\x00")) >= 0:
+        raise InvalidRequest(f"{what} contains a NUL character at {at}")
 
 
 def _precondition_hash(precondition: object, what: str = "precondition") -> str | None:

@@ -25,6 +25,7 @@ from mnemofs.store.base import ServiceBase
 from mnemofs.store.rows import (
     _decode_cursor,
     _encode_cursor,
+    _no_nul,
     _validate_limit,
     _validate_user,
     utc_now,
@@ -65,6 +66,8 @@ class SessionsMixin(ServiceBase):
             seen.add(spec["store_id"])
         if not isinstance(mount_root, str) or not mount_root.startswith("/"):
             raise InvalidRequest(f"mount_root {mount_root!r} must be an absolute path")
+        if not mount_root.isprintable():
+            raise InvalidRequest(f"mount_root {mount_root!r} contains a control character")
         mount_root = mount_root.rstrip("/") or "/"
         kept = _validate_fields(fields)
 
@@ -164,6 +167,7 @@ class SessionsMixin(ServiceBase):
         instructions = resource.get("instructions") or ""
         if not isinstance(instructions, str):
             raise InvalidRequest(f"resource {index} instructions must be a string")
+        _no_nul(instructions, f"resource {index} instructions")
         if len(instructions) > limits.MAX_INSTRUCTIONS_CHARS:
             raise InvalidRequest(
                 f"resource {index} instructions are {len(instructions)} characters, over "

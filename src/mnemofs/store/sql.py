@@ -36,7 +36,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from mnemofs.errors import Patience, Unavailable, WriteWouldWait
-from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine, driver_failure, first_line
+from mnemofs.store.engine import SQLITE_BUSY_TIMEOUT_MS, Engine, driver_failure, first_line, refused
 from mnemofs.store.listener import Listener
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
@@ -535,7 +535,7 @@ class Database:
                 if once:
                     if broken:
                         self._discard()
-                    raise driver_failure(exc) from exc
+                    raise refused(exc) from exc
                 if broken:
                     self._discard()
                     if committing:
@@ -550,7 +550,7 @@ class Database:
                     refusal = driver_failure(exc)
                     raise Patience.unreachable(refusal, armed, self.unreachable_for()) from exc
                 if not transient or attempt == _RETRIES - 1:
-                    raise driver_failure(exc) from exc
+                    raise refused(exc) from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
