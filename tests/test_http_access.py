@@ -560,7 +560,8 @@ def test_text_with_nul_is_refused_and_changes_nothing(api: Api) -> None:
         ({"resources": [attach], "mount_root": "/mnt/a\x00b"}, "mount_root"),
     ):
         status, body, _ = call(api, "POST", "/v1/sessions", sent)
-        assert status == 400 and word in body["error"]["message"], body
+        assert status == 400, body
+        assert word in body["error"]["message"]
     assert s.get_store(store).description == "kept as it was"
     base = f"/v1/memory_stores/{store}/memories"
     for method, path in (
