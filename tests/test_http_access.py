@@ -540,7 +540,15 @@ def test_numbers_no_database_integer_holds_are_refused(api: Api) -> None:
     # A method no route takes says which ones do (RFC 9110), over every route at that path.
     status, body, headers = call(api, "PUT", f"/v1/memory_stores/{store}")
     assert status == 405
-    assert headers["allow"] == "DELETE, GET, POST"
+    assert headers["allow"] == "DELETE, GET, HEAD, POST"
+    # HEAD is GET's answer without the body (what a load balancer's health check may ask).
+    for path, auth in (("/health", None), (f"/v1/memory_stores/{store}", "key")):
+        status, body, headers = call(api, "HEAD", path, auth=auth)
+        _, whole, _ = call(api, "GET", path, auth=auth)
+        assert (status, body) == (200, None)
+        assert int(headers["content-length"]) == len(json.dumps(whole, separators=(",", ":")))
+    status, body, headers = call(api, "HEAD", "/v1/memory_stores/memstore_nothing")
+    assert (status, body, headers["x-should-retry"]) == (404, None, "false")
 
 
 def test_text_with_nul_is_refused_and_changes_nothing(api: Api) -> None:

@@ -82,6 +82,10 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        method = scope["method"]
+        if method == "HEAD":  # GET's answer without its body (RFC 9110; health checks ask so)
+            scope = {**scope, "method": "GET"}
+            send = _headless(send)
         request_id = f"req_{new_ulid()}"
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
@@ -112,7 +116,7 @@ class Guard:
                 "request",
                 extra={
                     "request_id": request_id,
-                    "method": scope["method"],
+                    "method": method,
                     "path": scope["path"],
                     "status": status,
                     "ms": round((time.perf_counter() - started) * 1000, 2),
@@ -169,6 +173,15 @@ def _waits_out(exc: MnemofsError, headers: dict[bytes, bytes], service: MemorySe
     if not isinstance(exc, Unavailable):
         return False
     return isinstance(Patience.unreachable(exc, attempt, service.unreachable_for), WriteWouldWait)
+
+
+def _headless(send: Send) -> Send:
+    async def headless(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return headless
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -271,6 +284,8 @@ def _methods_at(request: Request) -> list[str]:
         match, _ = route.matches({**request.scope, "method": "OPTIONS"})
         if match != Match.NONE:
             methods.update(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
     return sorted(methods)
 
 
