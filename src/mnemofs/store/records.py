@@ -19,6 +19,7 @@ from mnemofs.errors import InvalidRequest, MnemofsError
 from mnemofs.models import MEMORY_PREFIX, STORE_PREFIX, VERSION_PREFIX
 from mnemofs.paths import validate_path
 from mnemofs.store.rows import (
+    _no_nul,
     _validate_metadata,
     _validate_on_full,
     _validate_secrets,
@@ -128,6 +129,7 @@ def check_store(record: StoreRecord) -> None:
             raise InvalidRequest(f"kind must be memory or journal, got {record.kind!r}")
         if not isinstance(record.description, str):
             raise InvalidRequest("description must be a string")
+        _no_nul(record.description, "description")  # its length is kept (SPEC.md)
     except BadRecord:
         raise
     except MnemofsError as exc:
