@@ -198,7 +198,7 @@ BAD_EDITS = {
         "line 3: unknown record 'blob'",
     ),
     "NUL in the description": (
-        lambda ls: [ls[0], ls[1].replace('what the team', 'what\\u0000the team'), *ls[2:]],
+        lambda ls: [ls[0], ls[1].replace("what the team", "what\\u0000the team"), *ls[2:]],
         "line 2: store: description contains a NUL character at 4",
     ),
     "lost line": (lambda ls: [*ls[:3], *ls[4:]], "end record counts 8 versions but"),
