@@ -5,7 +5,10 @@ however many."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import resource
+import select
 import signal
 import socket
 import threading
@@ -17,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from mnemofs.store import Engine, MemoryService
+from mnemofs.limits import LONG_POLLS_PER_CALLER
+from mnemofs.store import Engine, MemoryService, make_engine
 
 from .mounted import token_for
 from .pgstat import number, watching
@@ -205,3 +209,86 @@ def test_a_poll_whose_client_went_away_ends(engine: Engine, db_url: str, tmp_pat
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=10) in (0, -signal.SIGTERM)
     service.close()
+
+
+def test_one_caller_holds_only_so_many_polls(engine: Engine, db_url: str, tmp_path: Path) -> None:
+    """Each waiting poll holds a connection, a descriptor of the server's: a sandbox's token
+    that opened them without end would leave none for anyone else. Past
+    ``LONG_POLLS_PER_CALLER`` a caller's poll is a 429, another caller's is served, and one
+    that ends makes room."""
+    service = MemoryService(engine, actor="tests")
+    store = service.create_store("Notes").id
+    other = service.create_store("Other").id
+    token = token_for(db_url, service.create_session([{"memory_store_id": store}]).id)
+    neighbour = token_for(db_url, service.create_session([{"memory_store_id": other}]).id)
+    with serving(db_url, tmp_path / "server.log") as server:
+        url = urllib.parse.urlsplit(server.url)
+        known = {"store_ids": store, "revisions": _revision(service, store)}
+
+        def poll(auth: str, wait: float) -> socket.socket:
+            query = urllib.parse.urlencode({**known, "wait": wait})
+            if auth == neighbour:
+                query = urllib.parse.urlencode({"store_ids": other, "revisions": 0, "wait": 0})
+            sock = socket.create_connection((url.hostname, url.port))
+            sock.sendall(
+                f"GET /mnemofs/v1/changes/wait?{query} HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {auth}\r\n\r\n".encode()
+            )
+            return sock
+
+        def answer(sock: socket.socket) -> tuple[int, bytes]:
+            sock.settimeout(10)
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            body = response.read()
+            sock.close()
+            return response.status, body
+
+        def status(sock: socket.socket) -> int:
+            return answer(sock)[0]
+
+        def until(auth: str, wanted: int) -> None:
+            deadline = time.monotonic() + 10
+            while (got := status(poll(auth, 0))) != wanted:
+                assert time.monotonic() < deadline, f"still {got}, not {wanted}"
+                time.sleep(0.1)
+
+        # One poll more than a caller may hold: whichever the server took last is refused
+        # at once, the others wait.
+        held = [poll(token, 25) for _ in range(LONG_POLLS_PER_CALLER + 1)]
+        deadline = time.monotonic() + 10
+        while not (answered := select.select(held, [], [], 0.1)[0]):
+            assert time.monotonic() < deadline, "no poll was refused"
+        assert len(answered) == 1
+        held.remove(answered[0])
+        code, body = answer(answered[0])
+        assert code == 429
+        assert json.loads(body)["error"]["type"] == "rate_limit_error"
+        assert f"{LONG_POLLS_PER_CALLER} long polls" in json.loads(body)["error"]["message"]
+        assert not select.select(held, [], [], 0.5)[0]  # the others still wait
+        assert status(poll(token, 0)) == 429
+        assert status(poll(neighbour, 0)) == 200  # another session waits as before
+        held.pop().close()
+        until(token, 200)  # the poll that went away made room
+        for sock in held:
+            sock.close()
+    service.close()
+
+
+def test_the_server_takes_every_descriptor_it_may(tmp_path: Path) -> None:
+    """A service's soft limit on descriptors is often 1,024 (systemd's default), under a hard
+    limit far above: ``mnemofs serve`` raises it, so a thousand connections do not stop it
+    accepting more."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowered = min(1024, hard // 2)
+    assert lowered < hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard))
+    try:
+        db_url = f"sqlite:///{tmp_path / 'limits.db'}"
+        make_engine(db_url, create=True).dispose()
+        with serving(db_url, tmp_path / "server.log") as server:
+            limits = Path(f"/proc/{server.process.pid}/limits").read_text()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+    assert line.split()[3:5] == [str(hard), str(hard)], line

@@ -44,6 +44,11 @@ connection opens), and its body may pause no longer than this between reads (408
 MIN_BODY_RATE = 1024
 """...and past its first REQUEST_READ_TIMEOUT_S, come at this many bytes a second (408)."""
 
+LONG_POLLS_PER_CALLER = 64
+"""Long polls (``changes/wait``) one caller (a session, or an API key) may hold open on one
+``mnemofs serve`` process at a time (429 past it): a mount or sync worker holds one, and
+one session's token is all a sandbox holds."""
+
 SERVE_CONNECTIONS = 8
 """PostgreSQL: store calls a ``mnemofs serve`` process makes at a time, so the database
 connections it holds for requests (each worker thread keeps one); ``--connections``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -322,6 +323,7 @@ def create_app(service: MemoryService, *, connections: int = limits.SERVE_CONNEC
     runner = store_runner(service, connections)
     app.state.service = service
     app.state.run = runner
+    app.state.polls = Counter()  # long polls waiting, by caller (mounts.wait_for_changes)
     for module in (mounts, memories, stores, sessions, transfer, pools):
         # One flat route table (an included router is matched as a level of its own, which
         # cost ~0.1 ms a request here), the busiest routes first: every save of a remote

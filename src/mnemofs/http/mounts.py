@@ -10,6 +10,7 @@ the request.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Annotated, Any, TypeVar, get_origin
 
 import anyio
@@ -23,6 +24,7 @@ from mnemofs.http.bodies import Precondition
 from mnemofs.http.revisions import Revisions
 from mnemofs.http.stores import run, service
 from mnemofs.http.wire import HttpError, reply
+from mnemofs.limits import LONG_POLLS_PER_CALLER
 
 router = APIRouter(prefix="/mnemofs/v1", tags=["mounts (mnemofs)"])
 
@@ -255,6 +257,28 @@ async def wait_for_changes(request: Request) -> Response:
         raise HttpError(400, "invalid_request_error", "give one revision per store id")
     for store_id in store_ids:
         attachment(caller, store_id)
+    # Each poll holds a connection (a descriptor) for up to WAIT_MAX_S: a caller that opened
+    # them without end would leave none for anyone else.
+    polls: Counter[str] = request.app.state.polls
+    if polls[caller.actor] >= LONG_POLLS_PER_CALLER:
+        raise HttpError(
+            429,
+            "rate_limit_error",
+            f"{caller.actor} already waits in {LONG_POLLS_PER_CALLER} long polls here, the most "
+            "one caller may: ask again once one is answered",
+        )
+    polls[caller.actor] += 1
+    try:
+        return await _wait(request, store_ids, revisions, wait)
+    finally:
+        polls[caller.actor] -= 1
+        if not polls[caller.actor]:
+            del polls[caller.actor]
+
+
+async def _wait(
+    request: Request, store_ids: list[str], revisions: list[int], wait: float
+) -> Response:
     known = dict(zip(store_ids, revisions, strict=True))
     watch: Revisions = request.app.state.revisions
     answers: list[tuple[list[str], dict[Any, Any]]] = []

@@ -10,6 +10,7 @@ a size (``protocol.BoundedProtocol``), so no client can hold a connection or gro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -86,6 +87,7 @@ def serve(
     os.environ[ENV_CONNECTIONS] = str(connections)  # for each worker's app_from_env
     # Fail here, once, with the CLI's message, rather than in every worker.
     make_engine(db, create=is_default_location(db)).dispose()
+    _every_descriptor()
     uvicorn.run(
         "mnemofs.http.server:app_from_env",
         factory=True,
@@ -99,3 +101,18 @@ def serve(
         http="mnemofs.http.protocol:BoundedProtocol",  # uvicorn's, with read timeouts and caps
         timeout_graceful_shutdown=GRACE_S,
     )
+
+
+def _every_descriptor() -> None:
+    """Raise the soft limit on open descriptors to the hard one (for the workers too): each
+    connection holds one, and a service's soft limit is often 1,024 (systemd's default) under
+    a hard limit far above, so that a thousand clients' connections, held or slow, would stop
+    the server accepting any more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit: the kernel's own cap on one process (fs.nr_open) is usually this.
+    wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):  # kept as it was
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
