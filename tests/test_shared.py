@@ -512,12 +512,13 @@ def test_a_folder_renamed_here_as_it_was_elsewhere_loses_no_file(
             assert errno_of(os.rename, folder / "d", folder / "h") == errno.ENOTEMPTY
         finally:
             os.close(fd)
-        # The refusal moved nothing: the store holds what the API's move and the save left,
-        # and the mount still has d, where the rename left it.
+        # The refusal moved nothing: the store holds what the API's move and the save left.
+        # The mount shows it: e.md under h, and d, emptied and no longer the store's, gone
+        # once the mount looks (it may have looked already).
         assert sorted(m.path for m in service.list_memories(store)) == ["/beacon.md", "/h/e.md"]
-        assert (folder / "d").is_dir()
         assert service.find_memory(store, "/h/e.md").content == "one\ntwo\n"
         assert wait_for(lambda: shows(folder / "h" / "e.md", "one\ntwo\n"))
+        assert wait_for(lambda: not (folder / "d").exists())
     service.close()
 
 
