@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mnemofs import errors
+from mnemofs import errors, limits
 from mnemofs.store import Engine, MemoryService, make_engine
 
 from .mounted import mounted, wait_for
@@ -153,6 +153,29 @@ def test_search_follows_every_change(service: MemoryService) -> None:
     with pytest.raises(errors.NotFound):
         service.search("memstore_nope", "x")
     assert service.check().problems == []
+
+
+def test_a_query_is_its_different_words_and_only_so_many(service: MemoryService) -> None:
+    """A hit holds every word, so a word given twice (or in another case) asks nothing more;
+    on SQLite each one given cost the index work for every memory holding the others (a
+    session's token asking 300 common words held a server's loop for 15 s, measured). Past
+    ``MAX_SEARCH_WORDS`` different words the query is refused by name."""
+    store = service.create_store("Words").id
+    for i in range(20):
+        service.create_memory(store, f"/n{i}.md", f"the notes of day {i} and the plan for it")
+    one = [(h.path, h.snippet) for h in service.search(store, "plan notes", limit=100)]
+    assert len(one) == 20
+    again = " ".join(["plan", "Notes", "PLAN", "notes"] * 300)  # 1,200 words, 2 different
+    assert [(h.path, h.snippet) for h in service.search(store, again, limit=100)] == one
+    many = " ".join(f"word{i}" for i in range(limits.MAX_SEARCH_WORDS))
+    assert service.search(store, many) == []
+    past = f"{limits.MAX_SEARCH_WORDS + 1} different words, over {limits.MAX_SEARCH_WORDS}"
+    with pytest.raises(errors.InvalidRequest, match=past):
+        service.search(store, many + " plan plan")
+    with pytest.raises(errors.InvalidRequest, match=past):
+        service.search_session(
+            service.create_session([{"memory_store_id": store}]).id, many + " one"
+        )
 
 
 def test_search_finds_the_same_memories_after_a_scrub(service: MemoryService) -> None:

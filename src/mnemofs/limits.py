@@ -58,6 +58,9 @@ DEFAULT_MOUNT_ROOT = "/mnt/memory"
 # Recall: how many words of memory `mnemofs context` gives a turn by default.
 DEFAULT_CONTEXT_WORDS = 4_000
 DEFAULT_SEARCH_LIMIT = 10  # hits a search returns unless asked for more
+MAX_SEARCH_WORDS = 16
+"""Different words in one search query: a hit holds every one, and each costs the index work
+for every memory that holds the others (a query repeating common words took seconds)."""
 
 # Turn journals: `userMessage`, `result` and `title` are cut to this many code points.
 DEFAULT_JOURNAL_TEXT_CHARS = 2_000

@@ -41,9 +41,15 @@ class RecallMixin(ServiceBase):
         index and its ranking are shared by every store)."""
         if not isinstance(query, str):
             raise InvalidRequest(f"query must be a string, got {query!r}")
-        words = _SEARCH_WORD.findall(query)
+        # Each word once: the index folds case, and a hit holds every word anyway.
+        words = list(dict.fromkeys(w.casefold() for w in _SEARCH_WORD.findall(query)))
         if not words:
             raise InvalidRequest(f"the query {query!r} has no words to search for")
+        if len(words) > limits.MAX_SEARCH_WORDS:
+            raise InvalidRequest(
+                f"the query has {len(words)} different words, over {limits.MAX_SEARCH_WORDS}: a "
+                "hit holds every one, so give the few that matter"
+            )
         limit = _validate_limit(limit)
         if not store_ids:
             return []
