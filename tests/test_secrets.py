@@ -13,6 +13,7 @@ import string
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,41 @@ def test_a_token_is_found_on_its_own_line_only() -> None:
     token = "glcbt-" + "a1B2c3D4e5" * 3  # no optional prefix: the group is empty
     text = f"one\ntwo {token}\nthree\n"
     assert [(f.kind, f.line) for f in find_secrets(text)] == [("GitLab Token", 2)]
+
+
+class _Counted(str):
+    """A text that counts how often it is searched (``find``, ``count``)."""
+
+    searches = 0
+
+    def find(self, *args: Any) -> int:  # type: ignore[override]
+        _Counted.searches += 1
+        return super().find(*args)
+
+    def count(self, *args: Any) -> int:  # type: ignore[override]
+        _Counted.searches += 1
+        return super().count(*args)
+
+
+def test_a_run_of_credential_shapes_is_looked_through_once() -> None:
+    """``AKIA`` over and over is a match every 20 characters, each the same text found again
+    at every place: the screen counted newlines from the start at every place of every
+    match, 23 s for 16 KiB, on the one thread of a mount or a server (found by trying what
+    an agent could save). Each text is looked for once now, and the lines are the same."""
+    lines = ["AKIA" * 400, "plain words", "xx " + "AKIA" * 10, "", "AKIA" * 3 + "\tAKIA" * 5]
+    text = "\n".join(lines * 3)
+    aws = next(
+        p
+        for c in secrets._checks()
+        if c.pattern is not None
+        for p in [c.pattern]
+        if "AKIA" in p.pattern
+    )
+    expected = sorted({n for n, line in enumerate(text.split("\n"), 1) if aws.search(line)})
+    _Counted.searches = 0
+    found = find_secrets(_Counted(text))
+    assert [f.line for f in found if f.kind == "AWS Access Key"] == expected
+    assert _Counted.searches <= 2 * len(text) // 20  # each place once (23 million before)
 
 
 def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:

@@ -14,6 +14,7 @@ Only the kind and the line of a finding ever leave this module, never the secret
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Iterator
@@ -251,6 +252,7 @@ def find_secrets(text: str, *, known: str | None = None) -> list[Finding]:
 
 def _find(text: str) -> list[Finding]:
     findings: set[Finding] = set()
+    lines = _Lines(text)
     lowered = text.lower()
     present: dict[tuple[_Need, bool], bool] = {}  # a need several patterns share
     held = {c for c in _gate_chars() if c in text}
@@ -264,10 +266,10 @@ def _find(text: str) -> list[Finding]:
             if not present[key]:
                 continue
         found = detector.analyze_string(text) if pattern is None else _matches(pattern, text)
-        for secret in found:
+        for secret in set(found):  # each text once: it is looked for wherever it is
             if _placeholder(secret):
                 continue
-            for line in _lines_of(text, secret):
+            for line in lines.of(secret):
                 findings.add(Finding(detector.secret_type, line))
     if held >= _OWN_GATE:
         for match in _OWN.finditer(text):
@@ -289,8 +291,26 @@ def _placeholder(secret: str) -> bool:
     return value.lower() in PLACEHOLDERS or bool(_TEMPLATED.match(value))
 
 
-def _lines_of(text: str, secret: str) -> Iterator[int]:
-    start = text.find(secret)
-    while start >= 0:
-        yield text.count("\n", 0, start) + 1
-        start = text.find(secret, start + 1)
+class _Lines:
+    """The lines a text holds something on. A text made of one credential-shaped run over and
+    over (``AKIA`` x 4,000) is thousands of matches, each found again everywhere: counting
+    newlines from the start for every place, at every place of every match, took 23 s for
+    16 KiB (a save holding the mount's or the server's one thread all that time). Now each
+    text is looked for once, from where its last place ended (a place that overlaps one found
+    is on its line: no credential spans lines), and a place's line is a bisection of the
+    newlines' offsets, found once."""
+
+    __slots__ = ("_newlines", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._newlines: list[int] | None = None
+
+    def of(self, secret: str) -> Iterator[int]:
+        text, step = self.text, max(len(secret), 1)
+        start = text.find(secret)
+        while start >= 0:
+            if self._newlines is None:
+                self._newlines = [m.start() for m in re.finditer("\n", text)]
+            yield bisect.bisect_left(self._newlines, start) + 1
+            start = text.find(secret, start + step)
