@@ -98,6 +98,37 @@ def test_a_run_of_credential_shapes_is_looked_through_once() -> None:
     assert _Counted.searches <= 2 * len(text) // 20  # each place once (23 million before)
 
 
+def test_a_pattern_tried_line_by_line_finds_what_it_finds_everywhere() -> None:
+    """npm's pattern is tried once per line, from its first ``//`` (``secrets._LINEWISE``):
+    on texts built from the pieces its matches are made of, in every order, it yields what
+    trying it at every place does (and 100 KiB of its prefix took 0.74 s that way)."""
+    (pattern,) = [
+        c.pattern
+        for c in secrets._checks()
+        if c.pattern is not None and c.pattern.pattern in secrets._LINEWISE
+    ]
+    pieces = [
+        "//",
+        "/",
+        "registry.npmjs.org",
+        "/:_authToken=",
+        " ",
+        "npm_",
+        "abc",
+        "\n",
+        "0123456789abcdef-0123456789abcdef-12",
+        "x",
+        "//h/:_authToken=npm_tok",
+        "\t",
+        "\n \n",
+    ]
+    rng = random.Random(5)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 16)))
+        everywhere = [[g for g in m.groups() if g] or [m.group()] for m in pattern.finditer(text)]
+        assert list(secrets._matches(pattern, text)) == [s for found in everywhere for s in found]
+
+
 def _sample(pattern: re.Pattern[str], rng: random.Random) -> str:
     """A random text ``pattern`` matches, made from the regex parser's tree of it."""
     from re import _parser  # type: ignore[attr-defined]

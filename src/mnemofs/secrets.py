@@ -282,8 +282,29 @@ def _matches(pattern: Any, text: str) -> Iterator[str]:
     groups that matched something, or the whole match where none did (the library yields an
     empty string there, a "secret" found on every line: GitLab's ``glcbt-`` tokens without
     their optional prefix)."""
-    for match in pattern.finditer(text):
+    needle = _LINEWISE.get(pattern.pattern)
+    found = pattern.finditer(text) if needle is None else _linewise(pattern, text, needle)
+    for match in found:
         yield from [group for group in match.groups() if group] or [match.group()]
+
+
+# Patterns that begin ``//.+``: ``.+`` stays on the line, so from a later ``//`` of a line a
+# pattern matches only if it does from the first (that ``.+`` reaches every place a later
+# start's can). ``finditer`` tries every ``//`` of a line that does not match, each a walk back
+# over the line: 0.74 s for 100 KiB of npm's registry prefix, one line. So only the first
+# ``//`` of a line is tried, and then the next line: the same matches (one may go on past its
+# line, through the ``\s*`` after the needle; the next is looked for after it).
+_LINEWISE = {r"\/\/.+\/:_authToken=\s*((npm_.+)|([A-Fa-f0-9-]{36})).*": "/:_authToken="}
+
+
+def _linewise(pattern: Any, text: str, needle: str) -> Iterator[Any]:
+    at = 0
+    while (start := text.find("//", at)) >= 0 and text.find(needle, start) >= 0:
+        if (match := pattern.match(text, start)) is not None:
+            yield match
+            at = match.end()
+        elif (at := text.find("\n", start) + 1) == 0:
+            return
 
 
 def _placeholder(secret: str) -> bool:
