@@ -299,12 +299,20 @@ _LINEWISE = {r"\/\/.+\/:_authToken=\s*((npm_.+)|([A-Fa-f0-9-]{36})).*": "/:_auth
 
 def _linewise(pattern: Any, text: str, needle: str) -> Iterator[Any]:
     at = 0
-    while (start := text.find("//", at)) >= 0 and text.find(needle, start) >= 0:
-        if (match := pattern.match(text, start)) is not None:
+    found = -1  # the next needle after the ``//`` tried, which a match's line must hold
+    while (start := text.find("//", at)) >= 0:
+        if found < start and (found := text.find(needle, start)) < 0:
+            return
+        end = text.find("\n", start)
+        if 0 <= end < found:  # not on this line: on to the needle's, at once
+            at = text.rfind("\n", 0, found) + 1
+        elif (match := pattern.match(text, start)) is not None:
             yield match
             at = match.end()
-        elif (at := text.find("\n", start) + 1) == 0:
+        elif end < 0:
             return
+        else:
+            at = end + 1
 
 
 def _placeholder(secret: str) -> bool:
