@@ -526,6 +526,7 @@ def test_numbers_no_database_integer_holds_are_refused(api: Api) -> None:
         assert body["error"]["type"] == "invalid_request_error"
     status, body, _ = call(api, "GET", f"/mnemofs/v1/memory_stores/{store}/changes?after=0")
     assert status == 200
+    stores_before = [x.id for x in s.list_stores()]
     for path, sent in (
         ("/v1/memory_stores", {"name": "caps", "max_memories": huge}),
         ("/v1/memory_stores", {"name": "caps", "max_content_bytes": huge}),
@@ -535,6 +536,8 @@ def test_numbers_no_database_integer_holds_are_refused(api: Api) -> None:
         status, body, _ = call(api, "POST", path, sent)
         assert status == 400, (path, body)
         assert str(huge) in body["error"]["message"]
+    assert [x.id for x in s.list_stores()] == stores_before  # no store made
+    assert s.get_store(store).max_memories is None  # nor changed
     status, body, _ = call(api, "GET", f"/mnemofs/v1/sessions/{session}/context?max_words={huge}")
     assert status == 200  # as many words as there are
     # A method no route takes says which ones do (RFC 9110), over every route at that path.

@@ -142,6 +142,4 @@ def document_errors(doc: dict[str, Any]) -> dict[str, Any]:
             responses.pop("422", None)
             responses["4XX"] = {"description": "Refused (see the error's type)", "content": body}
             responses["5XX"] = {"description": "Unavailable or failed", "content": body}
-    if not schemas:
-        del doc["components"]
     return doc
