@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -334,7 +335,7 @@ def test_writes_waiting_for_a_row_hold_up_no_other_request_of_the_server(
     key = service.create_api_key("tests").key
     auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     holder = Holder(db_url, busy)
-    answers: list[int] = []
+    answers: list[object] = []
     try:
         with serving(db_url, tmp_path / "server.log", args=("--connections", "2")) as server:
             stores = f"{server.url}/v1/memory_stores"
@@ -342,8 +343,11 @@ def test_writes_waiting_for_a_row_hold_up_no_other_request_of_the_server(
             def save(n: int) -> None:
                 body = json.dumps({"path": f"/w{n}.md", "content": f"waited {n}\n"}).encode()
                 request = urllib.request.Request(f"{stores}/{busy}/memories", body, auth)
-                with urllib.request.urlopen(request, timeout=60) as answer:
-                    answers.append(answer.status)
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as answer:
+                        answers.append(answer.status)
+                except urllib.error.HTTPError as exc:  # what it was told, in the failure
+                    answers.append((exc.code, exc.read().decode()))
 
             holder.hold()
             saves = [threading.Thread(target=save, args=(n,)) for n in range(3)]
@@ -542,3 +546,36 @@ def test_a_mount_told_to_stop_while_a_change_waits_makes_it_and_stops(
         assert service.find_memory(store, "/late.md").content == "saved late\n"
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_read_waits_for_a_lock_whatever_wrote_at_once_before_it(
+    service: MemoryService, db_url: str
+) -> None:
+    """On PostgreSQL a write at once makes its connection give up on a lock after
+    ``AT_ONCE_LOCK_WAIT_MS`` (set once on the connection; its other writes lift it for their
+    own transaction). Reads made on it later gave up too: one that waited for a table's lock
+    (``versions scrub``'s VACUUM FULL, a migration, the catalog's own) was refused
+    ``Unavailable`` after 50 ms, a 503 to a server's client, where a read on any other
+    connection waited. It waits, as every read does."""
+    store = service.create_store("Read").id
+    kept = service.create_memory(store, "/kept.md", "kept\n")
+    service.write_at_once()
+    service.create_memory(store, "/b.md", "b\n")  # made at once: this thread's connection too
+    conn = make_engine(db_url, check_schema=False).connect()
+    conn.autocommit = True
+    try:
+        conn.execute("BEGIN")
+        conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+        threading.Timer(0.3, conn.execute, ("COMMIT",)).start()
+        assert service.find_memory(store, "/kept.md").content == "kept\n"
+        assert conn.info.transaction_status == 0  # it waited for the lock (IDLE)
+        service.write_at_once()  # and a write at once still gives up on it
+        conn.execute("BEGIN")
+        conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(WriteWouldWait):
+            service.create_memory(store, "/c.md", "c\n")
+        conn.execute("COMMIT")
+        assert service.find_memory(store, kept.path).id == kept.id
+    finally:
+        conn.close()

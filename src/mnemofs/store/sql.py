@@ -27,10 +27,8 @@ The SQLite WAL and this process's queue for its write lock: store/wal.py.
 from __future__ import annotations
 
 import itertools
-import re
 import threading
 import time
-from collections import namedtuple
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
@@ -41,22 +39,22 @@ from mnemofs.store.listener import Listener
 from mnemofs.store.notices import NOTIFY, Notices
 from mnemofs.store.pgpipe import PipelineTx
 from mnemofs.store.pgwait import Spin
-from mnemofs.store.tx import Tx
+from mnemofs.store.tx import Statements, Tx
 from mnemofs.store.wal import ERASE_WAIT_S, Wal
 
 T = TypeVar("T")
 
-_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 # serialization_failure, deadlock_detected; a prepared statement lost (store/pgpipe.py)
 _PG_RETRYABLE = {"40001", "40P01", "26000"}
 _RETRIES = 8
 # write_at_once on PostgreSQL: a row lock held longer than this makes the write WriteWouldWait
 # (a save waiting on another's is a few ms; a store's restore or prune holds it for seconds).
-# Set once on the connection; its other writes lift it for their own transaction: setting it
-# for each write at once instead cost ~7 µs of a ~175 µs change.
+# Set once on the connection; its other writes lift it for their own transaction (to what the
+# session had: the server's, the role's or the URL's): setting it for each write at once instead
+# cost ~7 µs of a ~175 µs change. A read that gives up on a lock lifts it for the session.
 AT_ONCE_LOCK_WAIT_MS = 50
 _PG_IMPATIENT = f"SET lock_timeout = '{AT_ONCE_LOCK_WAIT_MS}ms'"
-_PG_PATIENT = "SET LOCAL lock_timeout = 0"
+_PG_PATIENT = "SET LOCAL lock_timeout = DEFAULT"
 # ...and a try again asks only this long: the lock has been held for the first try's 50 ms.
 # Sixteen programs saving into one mount during a restore made their tries again and again,
 # and with 50 ms each its thread was blocked nearly all the time, every other request waiting.
@@ -80,15 +78,13 @@ def _would_wait(why: str, at_once: bool | str) -> Exception:
     )
 
 
-class Database:
+class Database(Statements):
     """The service's access to one engine's database (see the module docstring)."""
 
     def __init__(self, engine: Engine) -> None:
+        super().__init__(engine.dialect)
         self.engine = engine
-        self.dialect = engine.dialect
         self._local = threading.local()
-        self._sql: dict[str, str] = {}
-        self._rows: dict[str, Callable[[Any], Any]] = {}
         # Every thread's connection, by its thread: a connection whose thread has ended is
         # closed when the next one is made (worker threads come and go: trio retires idle ones,
         # and each new one would otherwise leave a connection open for good).
@@ -102,39 +98,6 @@ class Database:
         self._deferred = False  # a worker thread checkpoints (defer_checkpoints)
         self._wal = Wal(engine.sqlite_path) if self.dialect == "sqlite" else None
         self._notices = Notices(self._tell, self._discard) if self.dialect == "postgresql" else None
-
-    def sql(self, text: str) -> str:
-        """``text`` in the driver's parameter style, cached."""
-        try:
-            return self._sql[text]
-        except KeyError:
-            pass
-        converted = text
-        if self.dialect == "postgresql":
-            converted = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
-        else:
-            converted = text.replace(" FOR UPDATE", "")
-        self._sql[text] = converted
-        return converted
-
-    def row_type(self, sql: str, cursor: Any) -> Callable[[Any], Any]:
-        """Rows of ``sql`` with attribute access, made from ``cursor``'s description once (the
-        driver builds a description anew each time it is asked)."""
-        try:
-            return self._rows[sql]
-        except KeyError:
-            return self.row_maker(sql, [d[0] for d in cursor.description])
-
-    def row_maker(self, sql: str, names: list[str]) -> Callable[[Any], Any]:
-        """Rows of ``sql`` with attribute access, for these column names (cached by ``sql``)."""
-        try:
-            return self._rows[sql]
-        except KeyError:
-            pass
-        row_class: Any = namedtuple("Row", names)  # type: ignore[misc]
-        make: Callable[[Any], Any] = row_class._make
-        self._rows[sql] = make
-        return make
 
     @property
     def unavailable(self) -> str | None:
@@ -492,12 +455,20 @@ class Database:
             result = fn(Tx(self, cursor))
             cursor.execute("COMMIT")
             return result
-        except BaseException:
+        except BaseException as exc:
             self._roll_back(dbapi)
-            raise
+            local = self._local
+            impatient = getattr(local, "impatient", None) is dbapi
+            if not impatient or getattr(exc, "sqlstate", None) != _PG_LOCK_NOT_AVAILABLE:
+                raise
+            # A lock it waited for (a table's: a VACUUM FULL, a migration) outlasted the timeout
+            # a write at once left on the connection: the read waits as any does, made again.
+            local.impatient = None
         finally:
             with suppress(self._driver_error):
                 cursor.close()
+        dbapi.execute("SET lock_timeout = DEFAULT")
+        return self._postgres(fn, write, state, snapshot)
 
     def _roll_back(self, dbapi: Any) -> None:
         try:

@@ -7,8 +7,12 @@
 
 from __future__ import annotations
 
+import re
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
+
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
 class GuardFailed(Exception):
@@ -16,17 +20,48 @@ class GuardFailed(Exception):
     the caller does the change again the careful way, which finds out what changed."""
 
 
-class Statements(Protocol):
+class Statements:
     """What a transaction needs of its database: the dialect, each statement in the driver's
-    parameter style, and a maker of rows for each statement's columns."""
+    parameter style, and a maker of rows for each statement's columns; each made once per
+    statement text."""
 
-    dialect: str
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self._sql: dict[str, str] = {}
+        self._rows: dict[str, Callable[[Any], Any]] = {}
 
-    def sql(self, text: str) -> str: ...
+    def sql(self, text: str) -> str:
+        """``text`` in the driver's parameter style, cached."""
+        try:
+            return self._sql[text]
+        except KeyError:
+            pass
+        converted = text
+        if self.dialect == "postgresql":
+            converted = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
+        else:
+            converted = text.replace(" FOR UPDATE", "")
+        self._sql[text] = converted
+        return converted
 
-    def row_type(self, sql: str, cursor: Any) -> Callable[[Any], Any]: ...
+    def row_type(self, sql: str, cursor: Any) -> Callable[[Any], Any]:
+        """Rows of ``sql`` with attribute access, made from ``cursor``'s description once (the
+        driver builds a description anew each time it is asked)."""
+        try:
+            return self._rows[sql]
+        except KeyError:
+            return self.row_maker(sql, [d[0] for d in cursor.description])
 
-    def row_maker(self, sql: str, names: list[str]) -> Callable[[Any], Any]: ...
+    def row_maker(self, sql: str, names: list[str]) -> Callable[[Any], Any]:
+        """Rows of ``sql`` with attribute access, for these column names (cached by ``sql``)."""
+        try:
+            return self._rows[sql]
+        except KeyError:
+            pass
+        row_class: Any = namedtuple("Row", names)  # type: ignore[misc]
+        make: Callable[[Any], Any] = row_class._make
+        self._rows[sql] = make
+        return make
 
 
 class Tx:
