@@ -555,7 +555,7 @@ def test_a_read_waits_for_a_lock_whatever_wrote_at_once_before_it(
     """On PostgreSQL a write at once makes its connection give up on a lock after
     ``AT_ONCE_LOCK_WAIT_MS`` (set once on the connection; its other writes lift it for their
     own transaction). Reads made on it later gave up too: one that waited for a table's lock
-    (``versions scrub``'s VACUUM FULL, a migration, the catalog's own) was refused
+    (``db scrub``'s VACUUM FULL, a migration, the catalog's own) was refused
     ``Unavailable`` after 50 ms, a 503 to a server's client, where a read on any other
     connection waited. It waits, as every read does."""
     store = service.create_store("Read").id
