@@ -9,7 +9,7 @@ from starlette.responses import Response
 from mnemofs import limits
 from mnemofs.http.access import admin_only, attachment, caller_of, own_session
 from mnemofs.http.bodies import PoolCreate, PoolStores
-from mnemofs.http.stores import Limit, run, service
+from mnemofs.http.stores import Limit, run, run_search, service
 from mnemofs.http.wire import reply
 
 router = APIRouter(prefix="/mnemofs/v1", tags=["pools and recall (mnemofs)"])
@@ -53,7 +53,7 @@ async def search_pool(
 ) -> Response:
     admin_only(caller_of(request), "search a capacity pool")
     s = service(request)
-    hits = await run(request, s.search_pool, pool_id, query, user=user_id, limit=limit)
+    hits = await run_search(request, s.search_pool, pool_id, query, user=user_id, limit=limit)
     return reply({"data": [h.to_dict() for h in hits]})
 
 
@@ -62,7 +62,7 @@ async def search_store(
     request: Request, store_id: str, query: str, limit: Limit = limits.DEFAULT_SEARCH_LIMIT
 ) -> Response:
     attachment(caller_of(request), store_id)  # a token: its own session's stores only
-    hits = await run(request, service(request).search, store_id, query, limit=limit)
+    hits = await run_search(request, service(request).search, store_id, query, limit=limit)
     return reply({"data": [h.to_dict() for h in hits]})
 
 

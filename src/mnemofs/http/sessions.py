@@ -10,7 +10,7 @@ from mnemofs import limits
 from mnemofs.errors import InvalidRequest
 from mnemofs.http.access import admin_only, caller_of, own_session
 from mnemofs.http.bodies import KeyCreate, SessionCreate
-from mnemofs.http.stores import Limit, run, service
+from mnemofs.http.stores import Limit, run, run_search, service
 from mnemofs.http.wire import reply
 
 router = APIRouter(tags=["sessions"])
@@ -78,7 +78,8 @@ async def search_session(
 ) -> Response:
     caller = caller_of(request)
     own_session(caller, session_id)
-    hits = await run(request, service(request).search_session, session_id, query, limit=limit)
+    s = service(request)
+    hits = await run_search(request, s.search_session, session_id, query, limit=limit)
     return reply({"data": [h.to_dict() for h in hits]})
 
 

@@ -56,6 +56,13 @@ async def run_erasure(request: Request, fn: Callable[..., T], *args: Any, **kwar
     return result
 
 
+async def run_search(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call the store for a search (``Runner.searching``): off the loop on SQLite."""
+    runner: Runner = request.app.state.run
+    result: T = await runner.searching(fn, *args, **kwargs)
+    return result
+
+
 @router.post("", summary="Create a memory store")
 async def create_store(request: Request, body: StoreCreate) -> Response:
     caller = caller_of(request)

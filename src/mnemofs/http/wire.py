@@ -33,6 +33,9 @@ class Runner(Protocol):
     async def erasing(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn``, a call that erases (and may wait for readers after), off the loop."""
 
+    async def searching(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn``, a search (tens of ms on a large store), off the loop."""
+
 
 class HttpError(Exception):
     """A refusal only the HTTP face makes (credentials, permissions, routes, body size)."""
