@@ -21,6 +21,12 @@ from mnemofs.store.searchmarks import SEARCH_CURRENT
 from mnemofs.store.texts import _MEMORY_CONTENT
 from mnemofs.store.tx import Tx
 
+# PostgreSQL ranks a hit by the query's words taken as alternatives: how often each occurs. The
+# query itself (every word, AND) ranked by their nearness to each other, which compares every
+# pair of the words' places in each hit: 16 common words over 1,500 notes of 3,000 words took
+# 25 s (0.02 s so), on a request any session token may make. SQLite's bm25 counts as this does.
+_ANY_OF_THEM = "CAST(replace(CAST(q AS text), ' & ', ' | ') AS tsquery)"
+
 
 class RecallMixin(ServiceBase):
     """Recall: full-text search over live memories, the context renderer and the prompt note."""
@@ -76,11 +82,12 @@ class RecallMixin(ServiceBase):
                     for r in rows
                 ]
             rows = tx.all(
-                "SELECT m.id, m.store_id, m.path, ts_rank(m.search_vector, q) AS score, "
+                "SELECT m.id, m.store_id, m.path, ts_rank(m.search_vector, r) AS score, "
                 "ts_headline('simple', c.content, q, 'StartSel=[, StopSel=], MaxWords=16, "
                 "MinWords=5, FragmentDelimiter=…') AS snippet "
                 "FROM memories m JOIN contents c ON c.store_id = m.store_id "
-                "AND c.sha256 = m.content_sha256, plainto_tsquery('simple', :query) q "
+                "AND c.sha256 = m.content_sha256, plainto_tsquery('simple', :query) q, "
+                f"{_ANY_OF_THEM} r "
                 f"WHERE m.store_id IN ({inside}) AND m.search_vector @@ q AND {SEARCH_CURRENT} "
                 f"ORDER BY score DESC, m.path LIMIT {limit}",
                 {"query": " ".join(words), **params},
