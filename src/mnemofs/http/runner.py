@@ -101,19 +101,16 @@ class Inline:
         made it empties the WAL, waiting up to ``ERASE_WAIT_S`` (10 s) for readers to leave it
         (an export, a backup, another process's long read), which on the loop held up every
         request. Its write waits for the lock there too, as patiently as a mount's would."""
-        try:
-            call = functools.partial(fn, *args, **kwargs)
-            return await asyncio.wrap_future(self._upkeep.submit(call))
-        finally:
-            if self._called is not None:
-                self._called.set()
+        return await self._on(self._upkeep, functools.partial(fn, *args, **kwargs))
 
     async def searching(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn``, a search, on the search thread (module docstring): its catch-up of the
         index, if any, waits for the lock there as patiently as the upkeep's."""
+        return await self._on(self._search, functools.partial(fn, *args, **kwargs))
+
+    async def _on(self, thread: ThreadPoolExecutor, call: Callable[[], Any]) -> Any:
         try:
-            call = functools.partial(fn, *args, **kwargs)
-            return await asyncio.wrap_future(self._search.submit(call))
+            return await asyncio.wrap_future(thread.submit(call))
         finally:
             if self._called is not None:
                 self._called.set()
