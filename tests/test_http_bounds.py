@@ -420,45 +420,32 @@ def test_an_erasure_waiting_for_readers_holds_up_nobody_else(admin: Admin, tmp_p
     assert service.get_version(store, memory.memory_version_id).content is None
 
 
-# Common words; 1,500 notes of 3,000 of them make a search of 16 take ~2 s here, either database.
-COMMON = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be")
-COMMON += ("by", "on", "not", "he", "this", "are", "or")
-
-
-def _fill_with_common_words(service: MemoryService, store: str) -> str:
-    """The store filled so that a search of every word (returned) is long."""
-    rng = random.Random(17)
-    for n in range(1500):
-        text = " ".join(rng.choice(COMMON) for _ in range(3000))
-        service.create_memory(store, f"/d{n % 30}/n{n}.md", text + "\n")
-    return "+".join(COMMON[:16])
-
-
-def _search(url: str, key: str, found: list[int]) -> threading.Thread:
-    """A search at ``url`` on a thread of its own, started; how many hits it found goes to
-    ``found``."""
-
-    def searched() -> None:
-        request = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"})
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            found.append(len(json.loads(answer.read())["data"]))
-
-    thread = threading.Thread(target=searched)
-    thread.start()
-    return thread
-
-
 def test_a_long_search_holds_up_nobody_else(admin: Admin, tmp_path: Path) -> None:
     """A search is the index's work over every memory holding its words: on SQLite, inline on
     the server's event loop, a store of 1,500 notes of 3,000 common words took ~2 s for 16 of
     them, and every request of every client waited that long, health checks included. Now it
     runs on a thread of its own (SQLite's work without Python's lock) while the loop answers
     the others; it finds what it found."""
-    query = _fill_with_common_words(admin.service, admin.store)
+    common = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with")
+    common += ("be", "by", "on", "not", "he", "this", "are", "or")
+    rng = random.Random(17)
+    for n in range(1500):
+        text = " ".join(rng.choice(common) for _ in range(3000))
+        admin.service.create_memory(admin.store, f"/d{n % 30}/n{n}.md", text + "\n")
+    query = "+".join(common[:16])
     found: list[int] = []
     with serving(admin.url, tmp_path / "server.log") as server:
         search = f"{server.url}/mnemofs/v1/memory_stores/{admin.store}/search?query={query}&limit=5"
-        searching = _search(search, admin.key, found)
+
+        def searched() -> None:
+            request = urllib.request.Request(
+                search, headers={"authorization": f"Bearer {admin.key}"}
+            )
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                found.append(len(json.loads(answer.read())["data"]))
+
+        searching = threading.Thread(target=searched)
+        searching.start()
         time.sleep(0.3)  # the search has reached the server and is under way
         answered_meanwhile = 0
         while searching.is_alive():
