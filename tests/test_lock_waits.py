@@ -567,9 +567,17 @@ def test_a_read_waits_for_a_lock_whatever_wrote_at_once_before_it(
     try:
         conn.execute("BEGIN")
         conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
-        threading.Timer(0.3, conn.execute, ("COMMIT",)).start()
+        released = threading.Event()
+
+        def release() -> None:
+            released.set()  # before the COMMIT: the read cannot end before this
+            conn.execute("COMMIT")
+
+        releaser = threading.Timer(0.3, release)
+        releaser.start()
         assert service.find_memory(store, "/kept.md").content == "kept\n"
-        assert conn.info.transaction_status == 0  # it waited for the lock (IDLE)
+        assert released.is_set()  # the read waited for the lock
+        releaser.join()  # the connection is ours again
         service.write_at_once()  # and a write at once still gives up on it
         conn.execute("BEGIN")
         conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
@@ -577,5 +585,7 @@ def test_a_read_waits_for_a_lock_whatever_wrote_at_once_before_it(
             service.create_memory(store, "/c.md", "c\n")
         conn.execute("COMMIT")
         assert service.find_memory(store, kept.path).id == kept.id
+        paths = [m.path for m in service.list_memories(store).data]
+        assert paths == ["/b.md", "/kept.md"]  # the write that gave up made nothing
     finally:
         conn.close()
