@@ -49,6 +49,76 @@ def test_every_change_is_two_round_trips(service: MemoryService, syncs: list[int
     assert [v.path for v in versions] == ["/a/c.md", "/a/c.md", "/a/b.md", "/a/b.md"]
 
 
+def test_a_change_of_one_round_trip_sends_neither_begin_nor_commit(
+    service: MemoryService, syncs: list[int]
+) -> None:
+    """Statements sent before one sync are one transaction on the server (committed at the
+    sync): a change that needs one round trip sends no BEGIN and no COMMIT of its own, and
+    is kept whole."""
+    store = service.create_store("Implicit").id
+    service.defer_checkpoints()
+    memory, _ = service.save_file(store, "/a.md", Content.from_text("one"))  # two round trips
+    service.db._discard()  # a fresh connection: nothing prepared on it yet
+    syncs.clear()
+    service.save_file(store, "/a.md", Content.from_text("two"), memory_id=memory.id)
+    service.update_memory(store, memory.id, path="/b/a.md", keep_directory=True)
+    service.make_directory(store, "/d")
+    service.save_file(store, "/d/new.md", Content.from_text("new"))
+    service.delete_memory(store, memory.id, keep_directory=True)
+    assert syncs == [1, 1, 1, 1, 1]
+    sent = service.db._connection().execute("SELECT statement FROM pg_prepared_statements")
+    assert {row[0] for row in sent} & {"BEGIN", "COMMIT"} == set()
+    assert _idle(service)
+    assert [m.path for m in service.list_memories(store, depth=None).data] == ["/d/new.md"]
+    assert [p.path for p in service.list_memories(store, depth=1).data] == ["/b/", "/d/"]
+    versions = service.list_versions(store, memory_id=memory.id).data
+    assert [(v.operation, v.path) for v in versions] == [
+        ("deleted", "/b/a.md"),
+        ("modified", "/b/a.md"),
+        ("modified", "/a.md"),
+        ("created", "/a.md"),
+    ]
+
+
+def test_a_one_round_trip_change_that_fails_leaves_nothing(service: MemoryService) -> None:
+    """The implicit transaction of one round trip is rolled back whole when its last
+    statement fails, as an explicit one is."""
+    store = service.create_store("Whole").id
+    before = service.get_store(store)
+
+    def clash(tx: Tx) -> None:
+        tx.run("UPDATE memory_stores SET description = 'changed' WHERE id = :id", {"id": store})
+        insert = "INSERT INTO directories (store_id, path, created_at) VALUES (:s, '/x/', 'now')"
+        tx.run(insert, {"s": store})
+        tx.run(insert, {"s": store})  # a unique violation, found at the commit's round trip
+
+    with pytest.raises(Unavailable, match="duplicate key"):
+        service.db.run(clash, write=True)
+    assert _idle(service)
+    assert service.get_store(store) == before
+    assert service.list_memories(store, depth=1).data == []
+
+
+def test_a_patient_write_on_an_impatient_connection_draws_no_warning(
+    service: MemoryService,
+) -> None:
+    """A write after one made at once lifts the lock timeout for its transaction with ``SET
+    LOCAL``, which wants an explicit transaction (else the server warns and logs it), even
+    when the write is one round trip."""
+    store = service.create_store("Patient").id
+    heard: list[str] = []
+    conn = service.db._connection()
+    conn.add_notice_handler(lambda diag: heard.append(str(diag.message_primary)))
+    service.write_at_once()
+    service.make_directory(store, "/at-once")  # the connection is impatient from now on
+    service.make_directory(store, "/patient")  # one round trip, with its SET LOCAL
+    assert heard == []
+    assert [p.path for p in service.list_memories(store, depth=1).data] == [
+        "/at-once/",
+        "/patient/",
+    ]
+
+
 def test_rows_hold_what_psycopg_gives(service: MemoryService) -> None:
     store = service.create_store("Types").id
     memory = service.create_memory(store, "/t.md", "text")

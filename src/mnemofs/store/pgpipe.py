@@ -8,6 +8,12 @@ statements are queued in libpq's own buffer and the socket is flushed and read o
 trip: the same seven statements in ~100 µs. The round trips stay as they were (``Tx.ahead``):
 a change is the lock with its lookups, then the writes with the ``COMMIT``.
 
+A transaction whose statements all go in one round trip sends neither ``BEGIN`` nor
+``COMMIT``: the statements a pipeline sends before its sync are one implicit transaction, which
+the server commits at the sync (or rolls back whole at an error), so the two statements were the
+server's work for nothing (~20 µs of a save's ~250). Statements are therefore queued here, not
+in libpq, until a round trip: the first that is not the last begins the transaction first.
+
 Statements are prepared once per connection (named ``mnemofs_N``, at most ``MAX_PREPARED``;
 later texts run unnamed). Parameters go as text: ``str`` with no type (the server infers it, as
 it does for psycopg's strings), ``int`` as ``int8``, ``bool`` as ``bool``, ``float`` as
@@ -85,13 +91,21 @@ def _type_of(value: Any) -> int:
 
 
 class _Pending:
-    """A statement sent whose results have not been read yet."""
+    """A statement queued or sent whose results have not been read yet: ``send(*args)``
+    hands it to libpq."""
 
-    __slots__ = ("guard", "prepared", "result", "sql")
+    __slots__ = ("args", "guard", "prepared", "result", "send", "sql")
 
-    def __init__(self, sql: str, prepared: bytes | None = None) -> None:
+    def __init__(
+        self,
+        sql: str,
+        send: Callable[..., None],
+        args: tuple[Any, ...],
+        prepared: bytes | None = None,
+    ) -> None:
         self.sql = sql
-        self.prepared = prepared  # the name, if this is the statement's PREPARE
+        self.send, self.args = send, args
+        self.prepared = prepared  # the text, if this is the statement's PREPARE
         self.result: Any = None
         self.guard = False  # a Tx.guard: its division by zero is GuardFailed
 
@@ -101,6 +115,7 @@ class PipelineTx(Tx):
     every statement queued until one needs an answer."""
 
     __slots__ = (
+        "_begin",
         "_conn",
         "_failed",
         "_pending",
@@ -119,6 +134,7 @@ class PipelineTx(Tx):
             prepared = conn.mnemofs_prepared = {}
         self._prepared: dict[bytes, bytes] = prepared
         self._pending: list[_Pending] = []
+        self._begin = False  # owed: sent before the first round trip that is not the last
         self._failed = False
         self._spin: Spin | None = getattr(conn, "spin", None)
         # One poller per connection and socket (a socket changes only with a new connection).
@@ -180,25 +196,31 @@ class PipelineTx(Tx):
 
     # -- the transaction --------------------------------------------------------------------
 
-    def begin(self) -> None:
-        self._send("BEGIN", None)
+    def begin(self, *, now: bool = False) -> None:
+        """Begin the transaction: explicitly only if it takes more than one round trip (see
+        the module docstring), or ``now`` (for a ``SET LOCAL``, which wants a block)."""
+        if now:
+            self._send("BEGIN", None)
+        else:
+            self._begin = True
 
     def commit(self) -> None:
-        self._send("COMMIT", None)
+        if not self._begin:  # begun: committed so; else the sync commits it
+            self._send("COMMIT", None)
+        self._begin = False
         self._sync()
 
     def close(self) -> None:
-        """Read whatever is still coming, leave pipeline mode and roll back what did not
-        commit (after an error too). The rollback is ours: psycopg's own forgets its prepared
-        statements with a ``DEALLOCATE ALL``, which would take ours with them."""
+        """Leave pipeline mode and roll back what did not commit (after an error too). What is
+        still queued was never sent (a round trip reads every answer it brings): it goes. The
+        rollback is ours: psycopg's own forgets its prepared statements with a ``DEALLOCATE
+        ALL``, which would take ours with them."""
         from psycopg import pq
 
         pg = self._pg
-        try:
-            if self._pending:
-                self._sync()
-        except Exception:
-            pass  # the first error was raised already, or the connection is gone
+        for each in self._pending:  # never prepared after all
+            if each.prepared is not None:
+                self._prepared.pop(each.prepared, None)
         self._pending = []
         # A broken connection cannot do either: the caller's rollback then discards it.
         with suppress(Exception):
@@ -221,21 +243,21 @@ class PipelineTx(Tx):
         text, names = numbered(sql)
         given = params or {}
         values = [given[name] for name in names]
-        pg = self._pg
+        pg, pending = self._pg, self._pending
         name = self._prepared.get(text)
         if name is None and len(self._prepared) < MAX_PREPARED:
             number = self._conn.mnemofs_named = getattr(self._conn, "mnemofs_named", 0) + 1
             name = b"mnemofs_%d" % number
             self._prepared[text] = name  # now: the same text may follow in this pipeline
-            pg.send_prepare(name, text, [_type_of(value) for value in values])
-            self._pending.append(_Pending(sql, prepared=text))
+            types = [_type_of(value) for value in values]
+            pending.append(_Pending(sql, pg.send_prepare, (name, text, types), prepared=text))
         encoded = [_as_text(value) for value in values]
         if name is None:
-            pg.send_query_params(text, encoded, [_type_of(value) for value in values])
+            types = [_type_of(value) for value in values]
+            sent = _Pending(sql, pg.send_query_params, (text, encoded, types))
         else:
-            pg.send_query_prepared(name, encoded)
-        sent = _Pending(sql)
-        self._pending.append(sent)
+            sent = _Pending(sql, pg.send_query_prepared, (name, encoded))
+        pending.append(sent)
         return sent
 
     def _sync(self) -> None:
@@ -244,9 +266,16 @@ class PipelineTx(Tx):
         from psycopg import errors, pq
 
         pg = self._pg
+        if self._begin:  # a round trip before the last: the transaction begins first
+            self._begin = False
+            queued, self._pending = self._pending, []
+            self._send("BEGIN", None)
+            self._pending += queued
+        pending, self._pending = self._pending, []
+        for each in pending:
+            each.send(*each.args)
         pg.pipeline_sync()
         self._flush()
-        pending, self._pending = self._pending, []
         error: Exception | None = None
         for sent in pending:
             results = []

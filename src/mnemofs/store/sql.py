@@ -408,9 +408,9 @@ class Database(Statements):
         """``fn`` in one PostgreSQL transaction; plain calls, as ``_sqlite``."""
         dbapi = self._connection()
         if write:
-            # libpq's pipeline, with our own BEGIN and COMMIT (store/pgpipe.py): BEGIN goes out
-            # with the first statement, statements whose result nobody reads (Tx.run) with the
-            # next one that needs an answer, and the last of them with the COMMIT. No driver
+            # libpq's pipeline, with our own BEGIN and COMMIT (store/pgpipe.py): statements
+            # whose result nobody reads (Tx.run) go with the next one that needs an answer, the
+            # last of them with the COMMIT; one round trip in all needs neither. No driver
             # cursor (~5 µs to make one).
             local = self._local
             at_once = getattr(local, "at_once", False)
@@ -423,10 +423,13 @@ class Database(Statements):
             tx = PipelineTx(self, dbapi)
             try:
                 try:
-                    tx.begin()
-                    if impatient and not at_once:
+                    # SET LOCAL wants an explicit transaction (else a WARNING)
+                    patient = impatient and not at_once
+                    again = at_once in (_AGAIN, _LAST_TRY)
+                    tx.begin(now=patient or again)
+                    if patient:
                         tx.run(_PG_PATIENT)  # a write that may wait, as ever: with its BEGIN
-                    elif at_once in (_AGAIN, _LAST_TRY):
+                    elif again:
                         tx.run(_PG_AGAIN)  # a try again (or the last)
                     result = fn(tx)
                     state.append(True)
