@@ -405,9 +405,9 @@ def test_a_temporary_file_renamed_over_the_last_save_is_one_round_trip(
     assert service.get_memory(store, target.memory_id).content == "y\n"
 
 
-@pytest.mark.parametrize("change", ["create", "rename"])
+@pytest.mark.parametrize("change", ["create", "rename", "mkdir"])
 def test_the_path_is_judged_after_the_store_is_locked(service: MemoryService, change: str) -> None:
-    """A one-round-trip create or rename waits for the store's lock held by a change in
+    """A one-round-trip create, rename or mkdir waits for the store's lock held by a change in
     flight elsewhere; the path it wants is judged on what that change committed (here: a file
     made where the new path would need a directory), not on what was there before it waited."""
     import psycopg
@@ -423,14 +423,17 @@ def test_the_path_is_judged_after_the_store_is_locked(service: MemoryService, ch
         try:
             if change == "create":
                 results.append(service.save_file(store, "/x.md/new.md", Content.from_text("n\n")))
-            else:
+            elif change == "rename":
                 results.append(service.update_memory(store, mine.id, path="/x.md/mine.md"))
+            else:
+                results.append(service.make_directory(store, "/x.md/dir"))
         except Exception as exc:
             results.append(exc)
 
     moving = psycopg.connect(_libpq_uri(pg_url()))
-    try:  # a rename elsewhere, in flight: the store locked, /other.md becoming /x.md
-        moving.execute("SELECT id FROM memory_stores WHERE id = %s FOR UPDATE", [store])
+    try:  # a rename elsewhere, in flight: the store locked as every change locks it (its
+        # revision moved), /other.md becoming /x.md
+        moving.execute("UPDATE memory_stores SET revision = revision + 1 WHERE id = %s", [store])
         moving.execute("UPDATE memories SET path = '/x.md' WHERE id = %s", [other.id])
         racing = threading.Thread(target=go)
         racing.start()

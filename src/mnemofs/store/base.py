@@ -42,6 +42,7 @@ from mnemofs.store.engine import Engine
 from mnemofs.store.rows import (
     _MEMORY_COLS,
     _MOVED,
+    _NEW_MEMORY,
     _STORE_COLS,
     _VERSION_COLS,
     ACCESS_FLUSH_S,
@@ -432,32 +433,31 @@ class ServiceBase:
     ) -> Memory:
         """The rows of a new memory and its 'created' version (store counted, path checked);
         ``memory_id``: a deleted memory made again under its own id (a restore)."""
-        content, sha, size = new.text, new.sha256, new.size
-        now = utc_now()
+        params, memory = self._new_memory(store_id, path, new, actor, memory_id)
+        insert = f"INSERT INTO {_NEW_MEMORY[0]} VALUES ({_NEW_MEMORY[1]})"
+        tx.run_together([_CONTENT_INSERT, _VERSION_INSERT, insert], params)
+        return memory
+
+    def _new_memory(
+        self, store_id: str, path: str, new: Content, actor: str | None, memory_id: str | None
+    ) -> tuple[dict[str, Any], Memory]:
+        """A new memory as created now: the parameters of its rows (``_NEW_MEMORY``, its
+        'created' version, its content) and the memory."""
+        content, sha, size, now = new.text, new.sha256, new.size, utc_now()
         memory_id = MemoryId(memory_id or new_id(MEMORY_PREFIX))
         params = self._version_params(store_id, memory_id, "created", path, sha, size, now, actor)
-        version_id = VersionId(params["version"])
-        tx.run_together(
-            [
-                _CONTENT_INSERT,
-                _VERSION_INSERT,
-                "INSERT INTO memories (id, store_id, path, content_sha256, size_bytes, "
-                "created_at, updated_at, head_version_id, accessed_at) VALUES (:memory, "
-                ":store, :path, :sha, :size, :now, :now, :version, :now)",
-            ],
-            params | {"content": content},
-        )
-        return Memory(
+        memory = Memory(
             id=memory_id,
             memory_store_id=StoreId(store_id),
             path=path,
             content_sha256=sha,
             content_size_bytes=size,
-            memory_version_id=version_id,
+            memory_version_id=VersionId(params["version"]),
             created_at=now,
             updated_at=now,
             content=content,
         )
+        return params | {"content": content}, memory
 
     def _apply_update(
         self,

@@ -33,12 +33,6 @@ NOTHING_INSIDE = f"SELECT 1 / (1 - count(*))::int FROM ({FIRST_INSIDE}) AS insid
 _DIRECTORIES_KEPT = "SELECT directory_count FROM memory_stores WHERE id = :store"
 
 
-def directory_room_guard(store_id: str) -> tuple[str, dict[str, Any]]:
-    """A ``Tx.guard`` that the store keeps fewer directories than it may."""
-    most = limits.MAX_DIRECTORIES_PER_STORE
-    return f"SELECT 1 / (:most - ({_DIRECTORIES_KEPT}))", {"store": store_id, "most": most}
-
-
 # The count is read only when the row is not there yet: once per directory, not per delete.
 KEEP_DIRECTORY = (
     "INSERT INTO directories (store_id, path, created_at) SELECT :store, :parent, :now "

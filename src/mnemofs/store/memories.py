@@ -37,7 +37,6 @@ from mnemofs.store.directories import (
     FIRST_INSIDE,
     NOTHING_INSIDE,
     directory_room,
-    directory_room_guard,
     keep_emptied_directory,
 )
 from mnemofs.store.rows import (
@@ -51,6 +50,8 @@ from mnemofs.store.rows import (
     _Assumed,
     _decode_cursor,
     _encode_cursor,
+    _in_one,
+    _locked,
     _memory,
     _path_free,
     _placeholders,
@@ -65,19 +66,29 @@ from mnemofs.store.tx import GuardFailed, Tx
 
 _IDS_PER_QUERY = 500  # ids in one IN list (``get_memories``): far below either database's cap
 
-# PostgreSQL, changes over this service's last save of a memory, after the store's guard (and
-# a rename's new path's): the row moved or deleted while it is as that save left it
-# (``_AS_SAVED``), its version written and ({keep}) the directory it leaves kept, as one
-# statement (~15 µs of the server's work per statement saved). No row changed is a division
-# by zero: ``GuardFailed``, and nothing written.
+# PostgreSQL, changes over this service's last save of a memory, each one statement
+# (``_in_one``): the store locked (as seen, for a rename; counted and {live} for a delete) and,
+# with a rename's new path free ({free}), the row moved or deleted while it is as that save
+# left it (``_AS_SAVED``), its version written and ({keep}) the directory it leaves kept. No
+# row changed is a division by zero: ``GuardFailed``, and nothing written.
 _RENAME_AS_SAVED = (
-    "WITH m AS (UPDATE memories SET path = :path, updated_at = :now, head_version_id = :version, "
-    f"{MOVED_VECTOR['postgresql']}accessed_at = :now WHERE {_AS_SAVED} RETURNING id), "
+    _in_one(_STORE_AS_SEEN, "{free}")
+    + ", m AS (UPDATE memories SET path = :path, updated_at = :now, head_version_id = :version, "
+    f"{MOVED_VECTOR['postgresql']}accessed_at = :now WHERE {_AS_SAVED} "
+    "AND EXISTS (SELECT 1 FROM ok) RETURNING id), "
     f"v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM m"
 )
 _DELETE_AS_SAVED = (
-    f"WITH d AS (DELETE FROM memories WHERE {_AS_SAVED} RETURNING id), "
-    f"v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM d"
+    _in_one(_STORE_COUNTED)
+    + f", d AS (DELETE FROM memories WHERE {_AS_SAVED} AND EXISTS (SELECT 1 FROM ok) "
+    f"RETURNING id), v AS ({_VERSION_INSERT}){{keep}} SELECT 1 / count(*)::int FROM d"
+)
+# mkdir on PostgreSQL: the store locked and counted, live, the path free ({free}) and room for
+# one more directory; the directory made.
+_MKDIR_IN_ONE = (
+    _in_one(_STORE_COUNTED.format(live=_STORE_LIVE), "{free} AND seen.directory_count < :most")
+    + ", d AS (INSERT INTO directories (store_id, path, created_at) SELECT :store, :dir, :now "
+    "FROM ok RETURNING path) SELECT 1 / count(*)::int FROM d"
 )
 
 
@@ -217,26 +228,24 @@ class MemoriesMixin(ServiceBase):
     def _rename_over_last(
         self, store_id: str, memory_id: str, path: str, actor: str | None, keep_directory: bool
     ) -> Memory:
-        """PostgreSQL: a rename of a memory this service saved last, in one round trip, as
-        ``SavesMixin._save_over_last`` saves: the new path's check is one more guard (no row
-        of ``_path_check``'s query but the memory's own). ``GuardFailed`` as there."""
+        """PostgreSQL: a rename of a memory this service saved last, in one statement, as
+        ``SavesMixin._save_over_last`` saves: the new path's check is one more condition (no
+        row of ``_path_check``'s query but the memory's own). ``GuardFailed`` as there."""
         seen, last = self._seen.get(store_id), self._saved.get(memory_id)
         if seen is None or last is None or last.path == path:
             raise GuardFailed("nothing to assume")
-        ids = {"id": memory_id, "store": store_id}
-        free = _path_free(store_id, path, memory_id)
+        free, where = _path_free(store_id, path, memory_id)
+        where |= {"secrets": seen.secrets, "cap": seen.max_content_bytes}
 
         def run(tx: Tx) -> Memory:
-            tx.guard(_STORE_AS_SEEN, ids | {"secrets": seen.secrets, "cap": seen.max_content_bytes})
             tx.tell(store_id)
-            tx.guard(*free)  # its own statement: judged after the store's lock (decisions.md)
             now = utc_now()
             sha, size = last.content_sha256, last.size_bytes
             params = self._version_params(
                 store_id, memory_id, "renamed", path, sha, size, now, actor
             )
             keep, was = _as_saved(last, keep_directory)
-            tx.guard(_RENAME_AS_SAVED.format(keep=keep), params | was)
+            tx.guard(_RENAME_AS_SAVED.format(keep=keep, free=free), params | was | where)
             return Memory(
                 id=MemoryId(memory_id),
                 memory_store_id=StoreId(store_id),
@@ -324,14 +333,13 @@ class MemoriesMixin(ServiceBase):
         sent with the writes. ``GuardFailed`` as there; the careful delete then decides."""
 
         def run(tx: Tx) -> MemoryVersion:
-            tx.guard(_STORE_COUNTED.format(live=live), {"store": store_id, "delta": -1})
             tx.tell(store_id)
             now = utc_now()
             params = self._version_params(
                 store_id, last.id, "deleted", last.path, None, 0, now, actor
             )
             keep, was = _as_saved(last, keep_directory)
-            tx.guard(_DELETE_AS_SAVED.format(keep=keep), params | was)
+            tx.guard(_DELETE_AS_SAVED.format(keep=keep, live=live), params | was | {"delta": -1})
             return self._deleted(store_id, last, params["version"], now, actor)
 
         return self._write(run)
@@ -498,17 +506,16 @@ class MemoriesMixin(ServiceBase):
             return MemoryPrefix(prefix)
 
         if self.db.dialect == "postgresql":
-            # One round trip: what the careful way asks first (a live store, a free path) goes
-            # out as guards with the INSERT and the COMMIT; if either fails nothing is written
-            # and the careful way says why.
-            free = _path_free(store_id, path, None)
+            # One statement: what the careful way asks first (a live store, a free path, room)
+            # goes out as conditions of the INSERT; if one fails nothing is written and the
+            # careful way says why.
+            free, where = _path_free(store_id, path, None)
+            where |= {"delta": 0, "dir": prefix, "most": limits.MAX_DIRECTORIES_PER_STORE}
 
             def guarded(tx: Tx) -> MemoryPrefix:
-                tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
                 tx.tell(store_id)
-                tx.guard(*free)
-                tx.guard(*directory_room_guard(store_id))
-                return insert(tx)
+                tx.guard(_MKDIR_IN_ONE.format(free=free), where | {"now": utc_now()})
+                return MemoryPrefix(prefix)
 
             with suppress(GuardFailed):
                 return self._write(guarded)
@@ -537,7 +544,7 @@ class MemoriesMixin(ServiceBase):
         if self.db.dialect == "postgresql":
             # One round trip, as mkdir (there): a live store, nothing inside, one row removed.
             def guarded(tx: Tx) -> None:
-                tx.guard(_STORE_COUNTED.format(live=_STORE_LIVE), {"store": store_id, "delta": 0})
+                tx.guard(_locked(_STORE_COUNTED.format(live=_STORE_LIVE)), params | {"delta": 0})
                 tx.tell(store_id)
                 tx.guard(NOTHING_INSIDE, params)
                 tx.guard(f"WITH d AS ({remove}) SELECT 1 / count(*)::int FROM d", params)

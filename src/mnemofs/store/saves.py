@@ -34,10 +34,13 @@ from mnemofs.store.base import _VERSION_INSERT, ServiceBase
 from mnemofs.store.rows import (
     _AS_SAVED,
     _MEMORY_COLS,
+    _NEW_MEMORY,
+    _STORE_AS_SEEN,
     _STORE_WITH_ROOM,
     BY_ID_IN_STORE,
     StoreLock,
     _as_saved,
+    _in_one,
     _memories_at,
     _path_free,
     _screen,
@@ -56,13 +59,20 @@ FOLD_MAX_VERSIONS = 3  # a source with more versions is a file of its own, not a
 # save in one process, this one ~220. No row changed is a division by zero: ``GuardFailed``,
 # and the statement, so the transaction, leaves nothing behind.
 _SAVE_OVER_LAST = (
-    "WITH s AS (UPDATE memory_stores SET revision = revision + 1 WHERE id = :store "
-    "AND archived_at IS NULL AND secrets = :secrets "
-    "AND max_content_bytes IS NOT DISTINCT FROM :cap "
-    "RETURNING id), "
+    f"WITH s AS ({_STORE_AS_SEEN} RETURNING id), "
     "m AS (UPDATE memories SET content_sha256 = :sha, size_bytes = :size, updated_at = :now, "
     f"head_version_id = :version, accessed_at = :now WHERE {_AS_SAVED} "
     "AND EXISTS (SELECT 1 FROM s) RETURNING id), "
+    f"c AS ({_CONTENT_INSERT}), v AS ({_VERSION_INSERT}) SELECT 1 / count(*)::int FROM m"
+)
+
+# PostgreSQL: a create in a store as seen (``_create_as_seen``) as one statement (``_in_one``):
+# the store locked and counted while its rules are the ones seen (``_STORE_WITH_ROOM``), then,
+# only if nothing is in the way at the path (``_path_free``, as ``{free}``), the new memory's
+# rows. No row made is a division by zero: ``GuardFailed``, and nothing written.
+_CREATE_AS_SEEN = (
+    _in_one(_STORE_WITH_ROOM, "{free}")
+    + f", m AS (INSERT INTO {_NEW_MEMORY[0]} SELECT {_NEW_MEMORY[1]} FROM ok RETURNING id), "
     f"c AS ({_CONTENT_INSERT}), v AS ({_VERSION_INSERT}) SELECT 1 / count(*)::int FROM m"
 )
 
@@ -173,14 +183,15 @@ class SavesMixin(ServiceBase):
             _screen(seen, store_id, path, new.text)
         except (SecretDetected, ContentTooLarge):
             raise GuardFailed("refused by the store as last seen") from None
-        free = _path_free(store_id, path, None)
-        rules = {"store": store_id, "secrets": seen.secrets, "cap": seen.max_content_bytes}
+        free, where = _path_free(store_id, path, None)
+        rules = {"secrets": seen.secrets, "cap": seen.max_content_bytes}
+        rules["max"] = limits.MAX_MEMORIES_PER_STORE
 
         def run(tx: Tx) -> Memory:
-            tx.guard(_STORE_WITH_ROOM, rules | {"max": limits.MAX_MEMORIES_PER_STORE})
+            params, memory = self._new_memory(store_id, path, new, actor, None)
+            tx.guard(_CREATE_AS_SEEN.format(free=free), params | where | rules)
             tx.tell(store_id)
-            tx.guard(*free)
-            return self._insert_memory(tx, store_id, path, new, actor)
+            return memory
 
         return self._write(run), True
 
