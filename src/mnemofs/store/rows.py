@@ -481,8 +481,9 @@ def _in_one(lock: str, where: str = "TRUE") -> str:
     count(*)::int`` of them): ``s`` locks and counts the store with ``lock``; ``ok`` is a row
     only if the statement's snapshot, taken before it had the lock, is what the lock found (the
     store's revision moved once since, by this change: every change to a store moves it under
-    that lock, schema.py) and ``where`` holds in that snapshot. ~100 µs of the server's work
-    less than a statement each (decisions.md, issue 17)."""
+    that lock, schema.py) and ``where`` holds in that snapshot. One statement where the lock,
+    the check and the writes were three: each cost the server its own round of work
+    (decisions.md, issue 17)."""
     return (
         f"WITH s AS ({lock} RETURNING revision), ok AS (SELECT 1 FROM s JOIN memory_stores "
         f"AS seen ON seen.id = :store AND s.revision = seen.revision + 1 WHERE {where})"
