@@ -431,9 +431,8 @@ def test_the_path_is_judged_after_the_store_is_locked(service: MemoryService, ch
             results.append(exc)
 
     moving = psycopg.connect(_libpq_uri(pg_url()))
-    try:  # a rename elsewhere, in flight: the store locked as every change locks it (its
-        # revision moved), /other.md becoming /x.md
-        moving.execute("UPDATE memory_stores SET revision = revision + 1 WHERE id = %s", [store])
+    try:  # a rename elsewhere, in flight: the store locked, /other.md becoming /x.md
+        moving.execute("SELECT id FROM memory_stores WHERE id = %s FOR UPDATE", [store])
         moving.execute("UPDATE memories SET path = '/x.md' WHERE id = %s", [other.id])
         racing = threading.Thread(target=go)
         racing.start()

@@ -475,21 +475,6 @@ def _locked(lock: str) -> str:
     return f"WITH s AS ({lock} RETURNING id) SELECT 1 / count(*)::int FROM s"
 
 
-def _in_one(lock: str, where: str = "TRUE") -> str:
-    """The start of a PostgreSQL change made in one statement, whose writes follow as CTEs that
-    write only ``FROM ok`` (or roll back with the statement, which ends in ``SELECT 1 /
-    count(*)::int`` of them): ``s`` locks and counts the store with ``lock``; ``ok`` is a row
-    only if the statement's snapshot, taken before it had the lock, is what the lock found (the
-    store's revision moved once since, by this change: every change to a store moves it under
-    that lock, schema.py) and ``where`` holds in that snapshot. One statement where the lock,
-    the check and the writes were three: each cost the server its own round of work
-    (decisions.md, issue 17)."""
-    return (
-        f"WITH s AS ({lock} RETURNING revision), ok AS (SELECT 1 FROM s JOIN memory_stores "
-        f"AS seen ON seen.id = :store AND s.revision = seen.revision + 1 WHERE {where})"
-    )
-
-
 # What a write left its store at (``ServiceBase.take_moved``), asked in its own transaction.
 _MOVED = (
     "SELECT revision, (SELECT MAX(v.seq) FROM memory_versions v WHERE v.store_id = :id) AS last "
@@ -556,7 +541,8 @@ def _path_query(store_id: str, path: str, ignore: str | None) -> tuple[str, dict
 
 
 def _path_free(store_id: str, path: str, ignore: str | None) -> tuple[str, dict[str, Any]]:
-    """A condition (for ``_in_one``) that ``_path_query`` answers no row but ``ignore``'s own:
+    """A condition (in a change's writes, after the store's lock) that ``_path_query`` answers
+    no row but ``ignore``'s own:
     the path check a create, a rename or a mkdir would have made finds nothing in the way."""
     query, params = _path_query(store_id, path, ignore)
     free = f"NOT EXISTS (SELECT 1 FROM ({query}) AS c WHERE c.id IS DISTINCT FROM :ignore)"

@@ -40,7 +40,7 @@ from mnemofs.store.rows import (
     BY_ID_IN_STORE,
     StoreLock,
     _as_saved,
-    _in_one,
+    _locked,
     _memories_at,
     _path_free,
     _screen,
@@ -66,13 +66,13 @@ _SAVE_OVER_LAST = (
     f"c AS ({_CONTENT_INSERT}), v AS ({_VERSION_INSERT}) SELECT 1 / count(*)::int FROM m"
 )
 
-# PostgreSQL: a create in a store as seen (``_create_as_seen``) as one statement (``_in_one``):
-# the store locked and counted while its rules are the ones seen (``_STORE_WITH_ROOM``), then,
-# only if nothing is in the way at the path (``_path_free``, as ``{free}``), the new memory's
-# rows. No row made is a division by zero: ``GuardFailed``, and nothing written.
+# PostgreSQL: a create in a store as seen (``_create_as_seen``), after the store's lock
+# (``_STORE_WITH_ROOM``, a statement of its own, so that this one's snapshot holds what the lock
+# waited for): the new memory's rows, only if nothing is in the way at the path (``_path_free``,
+# as ``{free}``). No row made is a division by zero: ``GuardFailed``, and nothing written.
 _CREATE_AS_SEEN = (
-    _in_one(_STORE_WITH_ROOM, "{free}")
-    + f", m AS (INSERT INTO {_NEW_MEMORY[0]} SELECT {_NEW_MEMORY[1]} FROM ok RETURNING id), "
+    "WITH ok AS (SELECT 1 WHERE {free}), "
+    f"m AS (INSERT INTO {_NEW_MEMORY[0]} SELECT {_NEW_MEMORY[1]} FROM ok RETURNING id), "
     f"c AS ({_CONTENT_INSERT}), v AS ({_VERSION_INSERT}) SELECT 1 / count(*)::int FROM m"
 )
 
@@ -188,9 +188,10 @@ class SavesMixin(ServiceBase):
         rules["max"] = limits.MAX_MEMORIES_PER_STORE
 
         def run(tx: Tx) -> Memory:
-            params, memory = self._new_memory(store_id, path, new, actor, None)
-            tx.guard(_CREATE_AS_SEEN.format(free=free), params | where | rules)
+            tx.guard(_locked(_STORE_WITH_ROOM), where | rules)
             tx.tell(store_id)
+            params, memory = self._new_memory(store_id, path, new, actor, None)
+            tx.guard(_CREATE_AS_SEEN.format(free=free), params | where)
             return memory
 
         return self._write(run), True

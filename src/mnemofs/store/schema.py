@@ -9,11 +9,8 @@ Conventions
   PostgreSQL), so ``ORDER BY path`` is the listing order and ``path >= '/a/' AND path < '/a0'``
   is an index range scan of everything under ``/a/``.
 - Every change to a store's memories or directories happens in one transaction that first locks
-  that store's row (on PostgreSQL the ``UPDATE`` that moves its ``revision``, or ``SELECT ...
-  FOR UPDATE`` with that ``UPDATE`` later in the same transaction; ``BEGIN IMMEDIATE`` on
-  SQLite), so the per-store checks (path free, count under the limit) cannot race. A PostgreSQL
-  change made in one statement checks the path in the snapshot it took before it had the lock,
-  and tells by the revision whether another change came in between (``_CREATE_AS_SEEN``).
+  that store's row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so
+  the per-store checks (path free, count under the limit) cannot race.
 
 Search (migrations 0004, 0009, 0013-0016) lives outside this file: on SQLite an FTS5
 table ``memories_fts`` over the view ``memories_text`` (each memory's path and content), whose
