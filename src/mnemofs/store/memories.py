@@ -225,9 +225,10 @@ class MemoriesMixin(ServiceBase):
     def _rename_over_last(
         self, store_id: str, memory_id: str, path: str, actor: str | None, keep_directory: bool
     ) -> Memory:
-        """PostgreSQL: a rename of a memory this service saved last, in one statement, as
-        ``SavesMixin._save_over_last`` saves: the new path's check is one more condition (no
-        row of ``_path_check``'s query but the memory's own). ``GuardFailed`` as there."""
+        """PostgreSQL: a rename of a memory this service saved last, in one round trip, as
+        ``SavesMixin._save_over_last`` saves: the new path's check is one more condition of
+        the writes (no row of ``_path_check``'s query but the memory's own). ``GuardFailed``
+        as there."""
         seen, last = self._seen.get(store_id), self._saved.get(memory_id)
         if seen is None or last is None or last.path == path:
             raise GuardFailed("nothing to assume")

@@ -10,9 +10,9 @@ a change is the lock with its lookups, then the writes with the ``COMMIT``.
 
 A transaction whose statements all go in one round trip sends neither ``BEGIN`` nor
 ``COMMIT``: the statements a pipeline sends before its sync are one implicit transaction, which
-the server commits at the sync (or rolls back whole at an error), so the two statements were the
-server's work for nothing (~20 µs of a save's ~250). Statements are therefore queued here, not
-in libpq, until a round trip: the first that is not the last begins the transaction first.
+the server commits at the sync (or rolls back whole at an error), so the two statements' own
+work (~20 µs of a save's ~250) was for nothing. Statements are therefore queued here, not in
+libpq, until a round trip: the first that is not the last begins the transaction first.
 
 Statements are prepared once per connection (named ``mnemofs_N``, at most ``MAX_PREPARED``;
 later texts run unnamed). Parameters go as text: ``str`` with no type (the server infers it, as
