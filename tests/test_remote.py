@@ -446,7 +446,8 @@ def test_a_change_reports_only_what_it_moved(engine: Engine, db_url: str, tmp_pa
 
     def save(content: str) -> None:
         """As a mount saves: at once, and again a little later while a lock is taken (nothing
-        changed then): the search index's catch-up after the writes before holds SQLite's."""
+        changed then): SQLite's, held by another writer (most likely the search index's
+        catch-up after the writes before; not traced)."""
         for attempt in range(200):
             backend.write_at_once(again=attempt > 0)
             try:
