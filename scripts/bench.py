@@ -36,9 +36,10 @@ and mnemofs/rclone (and full/mnemofs, pg/mnemofs, remote/mnemofs, mnemofs/baseli
 mnemofs/store when measured), each the median of the rounds' own ratios; then where a change's
 time goes: per call, the mount's, its store call's and the rest (FUSE, the kernel, the client),
 and the best ratio to bindfs and rclone that store call allows if the rest cost what bindfs's
-whole call does (``floors``); then per mnemofs mount the largest SQLite ``-wal`` seen during
-the rounds, resident memory after them, and CPU used while idle. ``--each`` also prints every
-round's ops/s of every target. Files hold the same ``x`` bytes unless ``--prose`` gives each
+whole call does (``floors``); then issue 17's aims, each with its rounds' range and how many
+rounds met it (scripts/bench_aims.py); then per mnemofs mount the largest SQLite ``-wal`` seen
+during the rounds, resident memory after them, and CPU used while idle. ``--each`` also prints
+every round's ops/s of every target. Files hold the same ``x`` bytes unless ``--prose`` gives each
 its own made-up text (``Texts``).
 """
 
@@ -807,6 +808,11 @@ def main() -> None:
         stop.set()
         report(targets, args.repeat, args.files, texts)
         floors(targets)
+        from bench_aims import verdict  # beside this script
+
+        aims = verdict({t.name: t.runs for t in targets}, {t.name: t.failed for t in targets})
+        if aims:
+            print("\n" + "\n".join(aims))
         if args.each:
             each_round(targets)
         if other is not None:

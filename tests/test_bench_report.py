@@ -137,3 +137,49 @@ def test_the_store_calls_are_not_a_mount_for_the_other_benchmarks(
     """scripts/bench-bursts times every target ``standard`` gives through its folder: the store
     column is scripts/bench's own."""
     assert bench.Bench(tmp_path).standard(lambda name: name == "store", None) == []
+
+
+@pytest.fixture(scope="module")
+def aims() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "mnemofs_bench_aims", BENCH.parent / "bench_aims.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_aim_shows_its_rounds_range_and_how_many_met_it(aims: ModuleType) -> None:
+    """A median can fall either side of an aim from run to run: the verdict says how many
+    rounds met it, with their range, from each round's own ratio."""
+    phases = ["create+write+close", "rename", "stat"]
+
+    def rounds(*per_round: tuple[float, float, float]) -> list[dict[str, float]]:
+        return [dict(zip(phases, rates, strict=True)) for rates in per_round]
+
+    runs = {
+        "mnemofs": rounds((600, 400, 9000), (450, 400, 9000), (550, 400, 9000)),
+        "bindfs": rounds((1000, 1000, 10_000), (1000, 1000, 10_000), (1000, 1000, 10_000)),
+        "rclone": rounds((500, 500, 9000), (500, 300, 9000), (500, 500, 9000)),
+        "mnemofs-pg": rounds((420, 300, 9000), (300, 300, 9000), (400, 300, 9000)),
+    }
+    lines = aims.verdict(runs, {"bindfs": {"rename": 2}})
+    assert lines[1].split() == ["aim", "median", "rounds", "met"]
+    rows = {line.split("  ")[0]: line.split("  ")[1:] for line in lines[2:]}
+    cells = {label: [c.strip() for c in rest if c.strip()] for label, rest in rows.items()}
+    assert cells["create+write+close >= 0.5x bindfs"] == ["0.55", "0.45-0.60", "2 of 3"]
+    assert cells["rename >= 0.4x bindfs"] == ["0.40", "0.40-0.40", "3 of 3", "*"]  # failed calls
+    assert cells["stat >= 0.9x bindfs"] == ["0.90", "0.90-0.90", "3 of 3"]
+    # every phase against rclone: each round's lowest ratio, and the phase of the lowest median
+    assert cells["every phase >= 1x rclone"] == [
+        "0.80",
+        "0.80-0.90",
+        "0 of 3",
+        "lowest phase: rename, median 0.80",
+    ]
+    # PostgreSQL: each save phase the mounts ran, against the SQLite mount's
+    assert cells["PostgreSQL create+write+close >= 0.7x"] == ["0.70", "0.67-0.73", "2 of 3"]
+    assert len(rows) == 1 + 3 + 1  # no sed -i phase, no mnemofs-full: no rows for them
+    assert aims.verdict({"mnemofs": runs["mnemofs"]}) == []
