@@ -156,5 +156,20 @@ run_python_script() {
 
 asks_for_help() { [[ " $* " == *" -h "* || " $* " == *" --help "* ]]; }
 
+# Whether a benchmark's arguments ask for PostgreSQL with no server of their own: a bare --pg
+# (not `--pg URL` or `--pg=URL`), with $MNEMOFS_TEST_PG_URL unset; start_postgres's job then.
+wants_throwaway_pg() {
+  local arg prev= pg=0
+  for arg in "$@"; do
+    if [ "$arg" = --pg ]; then
+      pg=1
+    elif [ "$prev" = --pg ] && [ "${arg#-}" = "$arg" ]; then
+      pg=0 # --pg URL
+    fi
+    prev=$arg
+  done
+  [ "$pg" = 1 ] && [ -z "${MNEMOFS_TEST_PG_URL:-}" ]
+}
+
 # The comment block at the top of a script (after the #! line), as its --help.
 print_usage() { sed -n '2,/^[^#]/{/^#/!q;s/^# \{0,1\}//;p}' "$1"; }
