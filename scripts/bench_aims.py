@@ -11,6 +11,7 @@ shown.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 
 Runs = Mapping[str, Sequence[Mapping[str, float]]]  # target: its rounds' ops/s by phase
@@ -39,22 +40,23 @@ RCLONE, FULL, PG_SAVES = 1.0, 0.8, 0.7
 
 
 def _rounds(runs: Runs, a: str, b: str, phase: str) -> list[float]:
-    """Each round's a/b in ``phase`` (a round where b did nothing is left out)."""
-    return [x[phase] / y[phase] for x, y in zip(runs[a], runs[b], strict=True) if y[phase]]
+    """Each round's a/b in ``phase``; ``nan`` for a round where b did nothing (every call
+    failed), so the rounds of different phases stay aligned."""
+    return [
+        x[phase] / y[phase] if y[phase] else math.nan for x, y in zip(runs[a], runs[b], strict=True)
+    ]
 
 
 def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    if not n:
-        return math.nan
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else math.nan
 
 
 def _row(label: str, rounds: Sequence[float], aim: float, note: str = "") -> tuple[str, ...]:
-    met = sum(r >= aim for r in rounds)
-    spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "-"
-    return (label, f"{_median(rounds):.2f}", spread, f"{met} of {len(rounds)}", note)
+    known = [r for r in rounds if not math.isnan(r)]
+    met = sum(r >= aim for r in known)
+    spread = f"{min(known):.2f}-{max(known):.2f}" if known else "-"
+    return (label, f"{_median(known):.2f}", spread, f"{met} of {len(known)}", note)
 
 
 def _every_phase(runs: Runs, a: str, b: str, aim: float, label: str) -> tuple[str, ...]:
@@ -63,10 +65,15 @@ def _every_phase(runs: Runs, a: str, b: str, aim: float, label: str) -> tuple[st
     phases = [p for p in runs[a][0] if not math.isnan(runs[a][0][p])]
     per_phase = {p: _rounds(runs, a, b, p) for p in phases}
     lowest = min(phases, key=lambda p: _median(per_phase[p]))
-    by_round = [min(rounds[i] for rounds in per_phase.values()) for i in range(len(runs[a]))]
+    by_round = [_lowest([rounds[i] for rounds in per_phase.values()]) for i in range(len(runs[a]))]
     return _row(
         label, by_round, aim, f"lowest phase: {lowest}, median {_median(per_phase[lowest]):.2f}"
     )
+
+
+def _lowest(values: Sequence[float]) -> float:
+    known = [v for v in values if not math.isnan(v)]
+    return min(known) if known else math.nan
 
 
 def verdict(runs: Runs, failed: Mapping[str, Mapping[str, int]] | None = None) -> list[str]:

@@ -183,3 +183,22 @@ def test_each_aim_shows_its_rounds_range_and_how_many_met_it(aims: ModuleType) -
     assert cells["PostgreSQL create+write+close >= 0.7x"] == ["0.70", "0.67-0.73", "2 of 3"]
     assert len(rows) == 1 + 3 + 1  # no sed -i phase, no mnemofs-full: no rows for them
     assert aims.verdict({"mnemofs": runs["mnemofs"]}) == []
+
+
+def test_a_round_where_the_peer_did_nothing_is_left_out_of_its_aim(aims: ModuleType) -> None:
+    """rclone can fail every call of a phase in a round (0 ops/s): that round has no ratio
+    there, and the others still count, in that phase's row and in "every phase"."""
+
+    def rounds(*rates: tuple[float, float]) -> list[dict[str, float]]:
+        return [{"stat": stat, "read": read} for stat, read in rates]
+
+    runs = {
+        "mnemofs": rounds((900, 500), (900, 500), (900, 500)),
+        "bindfs": rounds((1000, 500), (0, 500), (1000, 500)),
+        "rclone": rounds((900, 1000), (900, 0), (900, 250)),
+    }
+    lines = aims.verdict(runs)
+    rows = {line.split("  ")[0]: line for line in lines[2:]}
+    assert rows["stat >= 0.9x bindfs"].split()[-5:] == ["0.90", "0.90-0.90", "2", "of", "2"]
+    # each round's lowest: 0.5 (read), 1.0 (stat; read has none), 1.0 (stat)
+    assert rows["every phase >= 1x rclone"].split()[-10:-5] == ["1.00", "0.50-1.00", "2", "of", "3"]
