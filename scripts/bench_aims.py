@@ -106,7 +106,8 @@ def verdict(runs: Runs, failed: Mapping[str, Mapping[str, int]] | None = None) -
             if phase not in runs["mnemofs"][0]:
                 continue
             rounds = _rounds(runs, "mnemofs-pg", "mnemofs", phase)
-            rows.append(_row(f"PostgreSQL {phase} >= {PG_SAVES}x", rounds, PG_SAVES))
+            label, note = f"PostgreSQL {phase} >= {PG_SAVES}x", mark("mnemofs-pg", "mnemofs", phase)
+            rows.append(_row(label, rounds, PG_SAVES, note))
     if not rows:
         return []
     header = ("aim", "median", "rounds", "met", "")
